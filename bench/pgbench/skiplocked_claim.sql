@@ -1,0 +1,4 @@
+BEGIN;
+SELECT id FROM queue WHERE status = 0 ORDER BY id LIMIT 1 FOR UPDATE SKIP LOCKED \gset
+UPDATE queue SET status = 1 WHERE id = :id;
+COMMIT;

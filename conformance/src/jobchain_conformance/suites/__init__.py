@@ -1,0 +1,1 @@
+"""The conformance suites, one module per contract area."""

@@ -1,0 +1,133 @@
+"""Composition of the suite classes adopters subclass.
+
+Each module contributes mixins named ``…Tests``; this file only lists them.
+"""
+
+from __future__ import annotations
+
+from jobchain_conformance.model import ModelTests
+from jobchain_conformance.suites._base import NotifySuiteBase, StateSuiteBase
+from jobchain_conformance.suites._integration_base import IntegrationSuiteBase
+from jobchain_conformance.suites.integration_await import AwaitChainTests
+from jobchain_conformance.suites.integration_blockers import BlockerTests
+from jobchain_conformance.suites.integration_concurrency import WorkerConcurrencyTests
+from jobchain_conformance.suites.integration_deletion import DeletionTests, WorkerlessCompletionTests
+from jobchain_conformance.suites.integration_leases import LeaseTests
+from jobchain_conformance.suites.integration_middleware import MiddlewareTests
+from jobchain_conformance.suites.integration_modes import ErrorPositionTests, ProcessingModeTests
+from jobchain_conformance.suites.integration_processing import ChainTests, ProcessingTests
+from jobchain_conformance.suites.integration_resilience import NotifyResilienceTests, StateResilienceTests
+from jobchain_conformance.suites.integration_retries import HandlerErrorTests, RetryTests
+from jobchain_conformance.suites.integration_scheduling import (
+    DeduplicationTests,
+    SchedulingTests,
+    WakeUpTests,
+)
+from jobchain_conformance.suites.integration_shutdown import ShutdownTests
+from jobchain_conformance.suites.notify_channels import (
+    ChainCompletedChannelTests,
+    JobScheduledChannelTests,
+    ListenerLifecycleTests,
+    NotifyLifecycleTests,
+    OwnershipLostChannelTests,
+)
+from jobchain_conformance.suites.notify_wake_hints import WakeHintTests
+from jobchain_conformance.suites.state_acquire import (
+    JobNextAvailableTests,
+    JobsAcquireTests,
+    JobsReapExpiredTests,
+)
+from jobchain_conformance.suites.state_chains import (
+    ChainGetTests,
+    JobBlockersGetTests,
+    JobCompleteUnblockingTests,
+    JobGetTests,
+    JobsCreateBlockersTests,
+)
+from jobchain_conformance.suites.state_create import JobsCreateDeduplicationTests, JobsCreateTests
+from jobchain_conformance.suites.state_delete import ChainsDeleteTests
+from jobchain_conformance.suites.state_isolation import ConcurrencyTests, ReadIsolationTests
+from jobchain_conformance.suites.state_leases import JobCompleteTests, JobRenewLeaseTests, JobRescheduleTests
+from jobchain_conformance.suites.state_listing import (
+    BlockedJobsListTests,
+    ChainJobsListTests,
+    ChainsListTests,
+    JobsListTests,
+)
+from jobchain_conformance.suites.state_pagination import CursorTests, PageSizeTests
+from jobchain_conformance.suites.state_transactions import CloseTests, SavepointTests, TransactionTests
+from jobchain_conformance.suites.state_trigger import JobsTriggerTests
+
+# Filled in as suite modules land (state_create, state_chains, state_acquire, state_leases,
+# state_trigger, state_transactions, state_delete, state_listing, notify_channels,
+# notify_wake_hints, model).
+
+
+class StateAdapterSuite(
+    JobsCreateTests,
+    JobsCreateDeduplicationTests,
+    JobsCreateBlockersTests,
+    ChainGetTests,
+    JobGetTests,
+    JobBlockersGetTests,
+    JobNextAvailableTests,
+    JobsAcquireTests,
+    JobRenewLeaseTests,
+    JobRescheduleTests,
+    JobCompleteTests,
+    JobCompleteUnblockingTests,
+    JobsReapExpiredTests,
+    JobsTriggerTests,
+    ChainsDeleteTests,
+    ChainsListTests,
+    JobsListTests,
+    ChainJobsListTests,
+    BlockedJobsListTests,
+    CursorTests,
+    PageSizeTests,
+    TransactionTests,
+    SavepointTests,
+    ReadIsolationTests,
+    ConcurrencyTests,
+    CloseTests,
+    ModelTests,
+    StateSuiteBase,
+):
+    """Every state-adapter conformance case."""
+
+
+class NotifyAdapterSuite(
+    JobScheduledChannelTests,
+    ChainCompletedChannelTests,
+    OwnershipLostChannelTests,
+    ListenerLifecycleTests,
+    WakeHintTests,
+    NotifyLifecycleTests,
+    NotifySuiteBase,
+):
+    """Every notify-adapter conformance case."""
+
+
+class IntegrationSuite(
+    ProcessingTests,
+    ChainTests,
+    BlockerTests,
+    DeduplicationTests,
+    SchedulingTests,
+    WakeUpTests,
+    DeletionTests,
+    WorkerlessCompletionTests,
+    AwaitChainTests,
+    RetryTests,
+    HandlerErrorTests,
+    ProcessingModeTests,
+    ErrorPositionTests,
+    LeaseTests,
+    WorkerConcurrencyTests,
+    MiddlewareTests,
+    ShutdownTests,
+    NotifyResilienceTests,
+    StateResilienceTests,
+    IntegrationSuiteBase,
+):
+    """Every client + worker integration case, over one (state adapter, notify adapter) pair."""

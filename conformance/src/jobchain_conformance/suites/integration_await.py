@@ -1,0 +1,110 @@
+"""Awaiting chains: completion, already complete, timeout, missing, deleted, type mismatch."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+
+from jobchain import (
+    ChainNotFoundError,
+    JobStatus,
+    JobTypeMismatchError,
+    JobTypes,
+    Schedule,
+    WaitChainTimeoutError,
+)
+from jobchain.entities import new_id
+from jobchain.worker import Attempt, Completed, Processors
+from jobchain_conformance.suites._integration_base import IntegrationEnv, Num, Total
+
+LATER = Schedule.in_seconds(3600)
+
+
+def _two_steps(types: JobTypes) -> Processors:
+    head = types.define("head", input=Num, output=None, entry=True, continues_with=["tail"])
+    tail = types.define("tail", input=Num, output=Total)
+    procs = Processors()
+
+    @procs.handler(head)
+    async def do_head(attempt: Attempt[Num, None]) -> Completed:
+        return await attempt.continue_with(tail, Num(n=attempt.input.n + 1))
+
+    @procs.handler(tail)
+    async def do_tail(attempt: Attempt[Num, Total]) -> Completed:
+        return await attempt.complete(Total(total=attempt.input.n))
+
+    return procs
+
+
+class AwaitChainTests:
+    """``await_chain`` returns the completed chain or fails with a typed error, always bounded."""
+
+    async def test_waiters_started_before_the_worker_get_the_last_jobs_output(
+        self, env: IntegrationEnv
+    ) -> None:
+        types = JobTypes()
+        procs = _two_steps(types)
+        client = env.client(types)
+        started = await env.start(client, types.get("head"), Num(n=1))
+        waiters = [asyncio.ensure_future(env.await_chain(client, started.id)) for _ in range(3)]
+        await asyncio.sleep(0)
+        assert not any(w.done() for w in waiters)
+
+        async with env.worker(client, procs):
+            chains = await asyncio.gather(*waiters)
+
+        for chain in chains:
+            assert chain.status is JobStatus.COMPLETED
+            assert chain.output == {"total": 2}
+            assert chain.last.type_name == "tail"
+
+    async def test_an_already_completed_chain_returns_at_once(self, env: IntegrationEnv) -> None:
+        types = JobTypes()
+        procs = _two_steps(types)
+        client = env.client(types)
+        started = await env.start(client, types.get("head"), Num(n=5))
+        await env.run_until_idle(client, procs)
+        # The worker is gone: only the first check can succeed.
+        chain = await client.await_chain(started.id, timeout=env.wait_timeout, poll_interval=3600)
+        assert chain.output == {"total": 6}
+
+    async def test_times_out_with_a_typed_error(self, env: IntegrationEnv) -> None:
+        types = JobTypes()
+        _two_steps(types)
+        client = env.client(types)
+        started = await env.start(client, types.get("head"), Num(n=1), schedule=LATER)
+        with pytest.raises(WaitChainTimeoutError) as timed_out:
+            await client.await_chain(started.id, timeout=0.2, poll_interval=env.poll_interval)
+        assert timed_out.value.chain_id == started.id
+        assert timed_out.value.timeout == pytest.approx(0.2)
+
+    async def test_a_missing_chain_fails_at_once(self, env: IntegrationEnv) -> None:
+        client = env.client(JobTypes())
+        with pytest.raises(ChainNotFoundError):
+            await client.await_chain(new_id(), timeout=env.wait_timeout, poll_interval=env.poll_interval)
+
+    async def test_a_chain_deleted_while_awaited_fails_with_not_found(self, env: IntegrationEnv) -> None:
+        types = JobTypes()
+        _two_steps(types)
+        client = env.client(types)
+        started = await env.start(client, types.get("head"), Num(n=1), schedule=LATER)
+        waiter = asyncio.ensure_future(
+            client.await_chain(started.id, timeout=env.wait_timeout, poll_interval=env.poll_interval)
+        )
+        await asyncio.sleep(0)
+        async with client.transaction() as tx:
+            await client.delete_chain(tx, started.id)
+        with pytest.raises(ChainNotFoundError):
+            await waiter
+
+    async def test_a_wrong_type_fails_with_type_mismatch(self, env: IntegrationEnv) -> None:
+        types = JobTypes()
+        _two_steps(types)
+        other = types.define("other", input=Num, output=Total, entry=True)
+        client = env.client(types)
+        started = await env.start(client, types.get("head"), Num(n=1))
+        with pytest.raises(JobTypeMismatchError):
+            await client.await_chain(
+                started.id, job_type=other, timeout=env.wait_timeout, poll_interval=env.poll_interval
+            )

@@ -1,0 +1,285 @@
+"""The suite catches broken adapters: deliberately wrong variants of the in-process
+adapters must fail named cases, while the correct adapters pass those same cases.
+
+Each variant wraps the memory adapters through the public contract only, so the bugs
+stay meaningful whatever the reference's internals look like.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+INI = """
+[pytest]
+asyncio_mode = auto
+asyncio_default_fixture_loop_scope = function
+"""
+
+BROKEN_ADAPTERS = '''
+import dataclasses
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from datetime import timedelta
+
+import pytest
+
+from jobchain.contracts import BlockedJobsList, JobReschedule, MAX_PAGE_SIZE
+from jobchain.entities import Deduplication, JobStatus, Schedule
+from jobchain.memory.notify import MemoryNotifyAdapter
+from jobchain.memory.state import MemoryStateAdapter
+from hypothesis import Phase, settings
+
+from jobchain_conformance import NotifyAdapterSuite, StateAdapterSuite
+from jobchain_conformance.model import MODEL_SETTINGS
+
+
+class WrappedTx:
+    """Delegates every operation to the memory transaction; variants override one."""
+
+    def __init__(self, inner):
+        self._inner = inner
+
+    def __getattr__(self, name):
+        return getattr(self._inner, name)
+
+    @asynccontextmanager
+    async def _nested(self):
+        async with self._inner.savepoint() as inner:
+            yield type(self)(inner)
+
+    def savepoint(self):
+        return self._nested()
+
+
+class WrappedAdapter:
+    tx_class = WrappedTx
+
+    def __init__(self):
+        self._inner = MemoryStateAdapter()
+        self.capabilities = self._inner.capabilities
+        self.time_precision = self._inner.time_precision
+
+    @asynccontextmanager
+    async def _open(self, read_only, connection):
+        async with self._inner.transaction(read_only=read_only, connection=connection) as tx:
+            yield self.tx_class(tx)
+
+    def transaction(self, *, read_only=False, connection=None):
+        return self._open(read_only, connection)
+
+    async def migrate(self):
+        await self._inner.migrate()
+
+    async def close(self):
+        await self._inner.close()
+
+
+class _Undo(Exception):
+    pass
+
+
+class DoubleDispatchTx(WrappedTx):
+    """Bug (a): hands out jobs without keeping the claim, so the next caller gets them too."""
+
+    async def jobs_acquire(self, params):
+        acquired = None
+        try:
+            async with self._inner.savepoint() as sp:
+                acquired = await sp.jobs_acquire(params)
+                raise _Undo
+        except _Undo:
+            pass
+        return acquired
+
+
+class ScopeBlindDedupTx(WrappedTx):
+    """Bug (b): deduplication treats scope 'incomplete' as 'any', matching completed chains."""
+
+    async def jobs_create(self, params):
+        jobs = []
+        for job in params.jobs:
+            dedup = job.deduplication
+            if dedup is not None and dedup.scope == "incomplete":
+                dedup = Deduplication(
+                    key=dedup.key,
+                    scope="any",
+                    window=dedup.window or timedelta(days=3650),
+                    exclude_chain_ids=dedup.exclude_chain_ids,
+                )
+                job = dataclasses.replace(job, deduplication=dedup)
+            jobs.append(job)
+        return await self._inner.jobs_create(dataclasses.replace(params, jobs=jobs))
+
+
+class EagerUnblockTx(WrappedTx):
+    """Bug (c): a completed chain unblocks its dependents even if another blocker is open."""
+
+    async def job_complete(self, params):
+        result = await self._inner.job_complete(params)
+        if result.chain_completed:
+            page = await self._inner.blocked_jobs_list(
+                BlockedJobsList(blocker_chain_id=result.job.chain_id, limit=MAX_PAGE_SIZE)
+            )
+            for job in page.items:
+                if job.status is JobStatus.BLOCKED:
+                    now = Schedule(after=timedelta(0))
+                    await self._inner.job_reschedule(
+                        JobReschedule(job_id=job.id, schedule=now, error="", now=params.now)
+                    )
+        return result
+
+
+class LeakyUnsubscribeNotify(MemoryNotifyAdapter):
+    """Bug (d): unsubscribe returns but the listener stays subscribed."""
+
+    async def listen_job_scheduled(self, type_names, listener):
+        await super().listen_job_scheduled(type_names, listener)
+        return _noop
+
+    async def listen_chain_completed(self, chain_id, listener):
+        await super().listen_chain_completed(chain_id, listener)
+        return _noop
+
+    async def listen_job_ownership_lost(self, job_id, listener):
+        await super().listen_job_ownership_lost(job_id, listener)
+        return _noop
+
+
+async def _noop():
+    return None
+
+
+def state_suite(tx_class):
+    class Variant(WrappedAdapter):
+        pass
+
+    Variant.tx_class = tx_class
+
+    class Suite(StateAdapterSuite):
+        @pytest.fixture
+        async def state_adapter(self) -> AsyncIterator[WrappedAdapter]:
+            adapter = Variant()
+            yield adapter
+            await adapter.close()
+
+        @pytest.fixture
+        def model_settings(self):
+            # Only whether the model fails matters here; shrinking a failure can take minutes.
+            return settings(MODEL_SETTINGS, phases=[Phase.generate])
+
+    return Suite
+
+
+TestCorrectState = state_suite(WrappedTx)
+TestDoubleDispatch = state_suite(DoubleDispatchTx)
+TestScopeBlindDedup = state_suite(ScopeBlindDedupTx)
+TestEagerUnblock = state_suite(EagerUnblockTx)
+
+
+class TestCorrectNotify(NotifyAdapterSuite):
+    @pytest.fixture
+    async def notify_adapter(self):
+        adapter = MemoryNotifyAdapter()
+        yield adapter
+        await adapter.close()
+
+
+class TestLeakyUnsubscribe(NotifyAdapterSuite):
+    @pytest.fixture
+    async def notify_adapter(self):
+        adapter = LeakyUnsubscribeNotify()
+        yield adapter
+        await adapter.close()
+'''
+
+# variant class → cases that must fail against it (and pass against the correct control).
+# The model test is listed only where it fails on every run: it explores at random, so it
+# catches the rarer bugs (b) and (c) only in some runs; the named example cases are the guard.
+MUST_FAIL = {
+    "TestDoubleDispatch": [
+        "test_parallel_acquisitions_never_claim_a_job_twice",
+        "test_acquire_never_claims_running_or_completed_jobs",
+        "test_adapter_agrees_with_reference_model",
+    ],
+    "TestScopeBlindDedup": [
+        "test_scope_incomplete_ignores_a_completed_chain",
+        "test_scope_incomplete_ignores_a_chain_whose_last_job_completed",
+    ],
+    "TestEagerUnblock": [
+        "test_dependent_stays_blocked_while_another_blocker_is_incomplete",
+    ],
+    "TestLeakyUnsubscribe": [
+        "test_unsubscribe_stops_job_scheduled_notifications",
+        "test_unsubscribe_stops_chain_completed_notifications",
+        "test_unsubscribe_stops_ownership_lost_notifications",
+        "test_unsubscribing_one_of_two_listeners_keeps_the_other",
+        "test_listener_can_resubscribe_after_unsubscribe",
+    ],
+}
+CONTROL = {
+    "TestDoubleDispatch": "TestCorrectState",
+    "TestScopeBlindDedup": "TestCorrectState",
+    "TestEagerUnblock": "TestCorrectState",
+    "TestLeakyUnsubscribe": "TestCorrectNotify",
+}
+
+
+class _Recorder:
+    """A pytest plugin object collecting every phase report of the inner run."""
+
+    def __init__(self) -> None:
+        self.outcomes: dict[tuple[str, str], set[str]] = {}
+
+    def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
+        _, cls, name = report.nodeid.split("::")
+        self.outcomes.setdefault((cls, name.split("[")[0]), set()).add(report.outcome)
+
+
+@pytest.fixture(scope="module")
+def outcomes(tmp_path_factory: pytest.TempPathFactory) -> dict[tuple[str, str], set[str]]:
+    """Run the whole suite once, in-process, against every variant; (class, case) → outcomes."""
+    root = tmp_path_factory.mktemp("variants")
+    (root / "pytest.ini").write_text(INI)
+    (root / "test_variants.py").write_text(BROKEN_ADAPTERS)
+    recorder = _Recorder()
+    args = [
+        "-q",
+        "-p",
+        "no:cacheprovider",
+        # Its gc.collect() after every case makes ~1000 cases in one process take minutes.
+        "-p",
+        "no:unraisableexception",
+        "--import-mode=importlib",
+        f"--rootdir={root}",
+        "-c",
+        str(root / "pytest.ini"),
+    ]
+    exit_code = pytest.main([*args, str(root)], plugins=[recorder])
+    assert exit_code in (pytest.ExitCode.OK, pytest.ExitCode.TESTS_FAILED), (
+        f"inner run ended with {exit_code!r}"
+    )
+    return recorder.outcomes
+
+
+def _failed(outcomes: dict[tuple[str, str], set[str]], cls: str, name: str) -> bool:
+    assert (cls, name) in outcomes, f"{cls}::{name} did not run; was the case renamed?"
+    return "failed" in outcomes[(cls, name)]
+
+
+@pytest.mark.parametrize(
+    ("variant", "case"), [(variant, case) for variant, cases in MUST_FAIL.items() for case in cases]
+)
+def test_broken_variant_fails_the_named_case(
+    outcomes: dict[tuple[str, str], set[str]], variant: str, case: str
+) -> None:
+    assert _failed(outcomes, variant, case), f"the suite let {variant} pass {case}"
+    assert not _failed(outcomes, CONTROL[variant], case), f"{case} fails on the correct adapter too"
+
+
+def test_correct_adapters_pass_the_whole_suite(outcomes: dict[tuple[str, str], set[str]]) -> None:
+    failing = sorted(
+        f"{cls}::{name}"
+        for (cls, name), phases in outcomes.items()
+        if cls in ("TestCorrectState", "TestCorrectNotify") and "failed" in phases
+    )
+    assert failing == []

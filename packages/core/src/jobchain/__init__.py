@@ -1,0 +1,30 @@
+"""jobchain: durable, typed job chains that commit with your database transaction."""
+
+from jobchain.client import ChainStart, ChainStarted, Client, connect
+from jobchain.completion import Completion, ContinuationSpec, JobFinished
+from jobchain.entities import Chain, Deduplication, Job, JobStatus, Page, Schedule
+from jobchain.errors import *  # noqa: F403 -- the error tree is public API, listed in errors.__all__
+from jobchain.errors import __all__ as _error_names
+from jobchain.job_types import JobType, JobTypes
+from jobchain.transactions import Transaction, TransactionHooks
+
+__all__ = [
+    "Chain",
+    "ChainStart",
+    "ChainStarted",
+    "Client",
+    "Completion",
+    "ContinuationSpec",
+    "Deduplication",
+    "Job",
+    "JobFinished",
+    "JobStatus",
+    "JobType",
+    "JobTypes",
+    "Page",
+    "Schedule",
+    "Transaction",
+    "TransactionHooks",
+    "connect",
+    *_error_names,
+]

@@ -1,0 +1,134 @@
+"""``jobchain worker MODULE:ATTRIBUTE``: run a worker until SIGINT/SIGTERM."""
+
+from __future__ import annotations
+
+import asyncio
+import importlib
+import logging
+import signal
+import sys
+from collections.abc import Sequence
+from typing import Any
+
+import click
+
+from jobchain.cli_common import NOTIFY_URL_HELP, STATE_URL_HELP
+from jobchain.errors import InvalidArgumentError, JobchainError
+from jobchain.job_types import JobTypes
+from jobchain.worker.processors import Processors
+
+
+def load_object(target: str) -> tuple[Any, Any]:
+    """Import ``module:attribute`` and return (attribute, module)."""
+    module_name, sep, attribute = target.partition(":")
+    if not sep or not module_name or not attribute:
+        raise InvalidArgumentError(f"expected MODULE:ATTRIBUTE, got {target!r} (e.g. myapp.jobs:processors)")
+    if "" not in sys.path:
+        sys.path.insert(0, "")  # like `python -m`: the working directory's modules are importable
+    try:
+        module = importlib.import_module(module_name)
+    except ModuleNotFoundError as exc:
+        raise InvalidArgumentError(f"cannot import module {module_name!r}: {exc}") from exc
+    obj: Any = module
+    for part in attribute.split("."):
+        try:
+            obj = getattr(obj, part)
+        except AttributeError:
+            raise InvalidArgumentError(f"module {module_name!r} has no attribute {attribute!r}") from None
+    return obj, module
+
+
+def processor_slices(obj: object, target: str) -> list[Processors]:
+    """The processor slices named by the target: one Processors or a sequence of them."""
+    if isinstance(obj, Processors):
+        return [obj]
+    if isinstance(obj, Sequence) and obj and all(isinstance(p, Processors) for p in obj):
+        return list(obj)
+    raise InvalidArgumentError(f"{target} must be a jobchain Processors object or a list of them")
+
+
+def find_job_types(module: object, explicit: str | None) -> JobTypes:
+    """The registry from ``--job-types`` or the one JobTypes object in the target's module."""
+    if explicit is not None:
+        obj, _ = load_object(explicit)
+        if not isinstance(obj, JobTypes):
+            raise InvalidArgumentError(f"{explicit} is not a JobTypes registry")
+        return obj
+    found = [value for value in vars(module).values() if isinstance(value, JobTypes)]
+    if len(found) != 1:
+        raise InvalidArgumentError(
+            f"found {len(found)} JobTypes registries next to the processors; "
+            "pass --job-types MODULE:ATTRIBUTE"
+        )
+    return found[0]
+
+
+async def run_worker(
+    slices: list[Processors],
+    job_types: JobTypes,
+    *,
+    state: str | None,
+    notify: str | None,
+    concurrency: int,
+    name: str,
+    poll_interval: float,
+) -> None:
+    from jobchain.client import connect
+    from jobchain.worker.loop import Worker
+
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(sig, stop.set)
+    client = await connect(state, notify=notify, job_types=job_types)
+    async with client:
+        worker = Worker(client, slices, name=name, concurrency=concurrency, poll_interval=poll_interval)
+        await worker.start()
+        logging.getLogger("jobchain.worker").info(
+            "worker %s processing %s", worker.worker_id, ", ".join(sorted(job_types.names()))
+        )
+        await stop.wait()
+        logging.getLogger("jobchain.worker").info("stopping worker %s", worker.worker_id)
+        await worker.stop()
+
+
+@click.command("worker")
+@click.argument("target")
+@click.option(
+    "--job-types", "job_types_target", default=None, help="MODULE:ATTRIBUTE of the JobTypes registry."
+)
+@click.option("--state", default=None, help=STATE_URL_HELP)
+@click.option("--notify", default=None, help=NOTIFY_URL_HELP)
+@click.option("--concurrency", "-c", default=10, show_default=True, type=click.IntRange(min=1))
+@click.option("--name", default="worker", show_default=True, help="Readable worker name (a suffix is added).")
+@click.option("--poll-interval", default=60.0, show_default=True, type=click.FloatRange(min=0.001))
+@click.option("--log-level", default="INFO", show_default=True)
+def worker_command(
+    target: str,
+    job_types_target: str | None,
+    state: str | None,
+    notify: str | None,
+    concurrency: int,
+    name: str,
+    poll_interval: float,
+    log_level: str,
+) -> None:
+    """Run a worker for the processors at TARGET (MODULE:ATTRIBUTE) until SIGINT/SIGTERM."""
+    logging.basicConfig(level=log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    try:
+        obj, module = load_object(target)
+        slices = processor_slices(obj, target)
+        job_types = find_job_types(module, job_types_target)
+        asyncio.run(
+            run_worker(
+                slices,
+                job_types,
+                state=state,
+                notify=notify,
+                concurrency=concurrency,
+                name=name,
+                poll_interval=poll_interval,
+            )
+        )
+    except JobchainError as exc:
+        raise click.ClickException(str(exc)) from exc

@@ -1,0 +1,382 @@
+"""The client: start, complete, trigger, delete, query and await chains.
+
+Every write runs inside the caller's transaction (``async with client.transaction() as
+tx``) and is validated before the first statement, so bad input writes nothing. The
+notifications and events a write causes are buffered in ``tx.hooks`` and delivered only
+after the transaction commits.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from contextlib import asynccontextmanager
+from dataclasses import dataclass
+from types import TracebackType
+from typing import Any, Generic, TypeVar
+
+from jobchain.client_queries import ClientQueries, Clock, TypeRef
+from jobchain.completion import (
+    Completion,
+    blocker_ids,
+    buffer_created,
+    check_schedule,
+    resolve_blockers,
+)
+from jobchain.contracts.notify import NotifyAdapter
+from jobchain.contracts.observe import Observer
+from jobchain.contracts.state import (
+    ChainGet,
+    ChainsDelete,
+    ChainsList,
+    JobsCreate,
+    JobsTrigger,
+    NewJob,
+    StateAdapter,
+)
+from jobchain.entities import Chain, Deduplication, Job, Schedule, new_id, validate_id
+from jobchain.errors import (
+    BlockerReferenceError,
+    ChainNotFoundError,
+    DuplicateJobIdError,
+    InvalidArgumentError,
+    JobNotFoundError,
+    JobNotTriggerableError,
+)
+from jobchain.job_types import JobType, JobTypes
+from jobchain.transactions import Transaction, TransactionHooks
+
+I = TypeVar("I")  # noqa: E741 -- conventional input type variable name
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ChainStart(Generic[I]):
+    """One chain to start with :meth:`Client.start_chains`."""
+
+    job_type: JobType[I, Any]
+    input: I
+    id: str | None = None
+    deduplication: Deduplication | None = None
+    schedule: Schedule | None = None
+    blockers: Sequence[Chain | str] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class ChainStarted:
+    """The started chain, or the existing one when ``deduplicated`` is True."""
+
+    chain: Chain
+    deduplicated: bool = False
+
+    @property
+    def id(self) -> str:
+        return self.chain.id
+
+
+class Client(ClientQueries):
+    """Starts, completes, triggers, deletes, queries and awaits chains.
+
+    ``state`` and ``notify`` are opened adapters (``notify=None``: waiters and workers
+    poll); ``job_types`` is the merged registry; ``observers`` receive events after commit;
+    ``clock`` (tests) supplies ``now`` for every write. Use :func:`connect` to build one
+    from URLs. ``close()`` closes notify, then state.
+    """
+
+    def __init__(
+        self,
+        state: StateAdapter,
+        notify: NotifyAdapter | None,
+        job_types: JobTypes,
+        observers: Sequence[Observer] = (),
+        clock: Clock | None = None,
+    ) -> None:
+        super().__init__(state, notify, job_types, observers, clock)
+
+    # ------------------------------------------------------------ lifecycle
+
+    @asynccontextmanager
+    async def transaction(self, *, connection: object | None = None) -> AsyncIterator[Transaction]:
+        """Open a write transaction; hooks flush after it commits and are dropped on rollback.
+
+        With ``connection`` (your own driver connection or session, already inside a
+        transaction) jobchain writes there and does not commit: your commit decides. Its
+        notifications then go out after your commit if the backend can observe commits
+        (SQLAlchemy sessions can); otherwise call ``await tx.flush()`` after committing —
+        until then workers still find the jobs by polling.
+        """
+        self._check_open()
+        hooks = TransactionHooks()
+        tx: Transaction | None = None
+        try:
+            async with self.state.transaction(connection=connection) as state_tx:
+                tx = Transaction(state_tx, hooks, self)
+                yield tx
+                tx.close()
+        except BaseException:
+            if tx is not None:
+                tx.close()
+            hooks.discard()
+            raise
+        assert tx is not None
+
+        async def flush() -> None:
+            await hooks.flush(self.notify, self.observers)
+
+        if connection is None:
+            await flush()
+            return
+        register = getattr(self.state, "after_commit", None)
+        if register is None or not register(connection, flush, hooks.discard):
+            tx.defer_flush(flush)
+
+    async def close(self) -> None:
+        """Close the notify adapter, then the state adapter (idempotent)."""
+        if self._closed:
+            return
+        self._closed = True
+        try:
+            if self.notify is not None:
+                await self.notify.close()
+        finally:
+            await self.state.close()
+
+    async def __aenter__(self) -> Client:
+        return self
+
+    async def __aexit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        await self.close()
+
+    # ------------------------------------------------------------ start
+
+    async def start_chain(
+        self,
+        tx: Transaction,
+        job_type: JobType[I, Any],
+        input: I,
+        *,
+        id: str | None = None,
+        deduplication: Deduplication | None = None,
+        schedule: Schedule | None = None,
+        blockers: Sequence[Chain | str] = (),
+    ) -> ChainStarted:
+        """Start a chain of the entry type ``job_type`` with ``input``.
+
+        With ``deduplication`` an existing matching chain is returned instead
+        (``deduplicated=True``). ``blockers`` keep the first job ``blocked`` until those
+        chains complete. Raises JobTypeValidationError, InvalidJobIdError,
+        DuplicateJobIdError, ChainNotFoundError (a missing blocker) before writing.
+        """
+        start = ChainStart(
+            job_type=job_type,
+            input=input,
+            id=id,
+            deduplication=deduplication,
+            schedule=schedule,
+            blockers=blockers,
+        )
+        [started] = await self.start_chains(tx, [start])
+        return started
+
+    async def start_chains(self, tx: Transaction, starts: Sequence[ChainStart[Any]]) -> list[ChainStarted]:
+        """Start several chains in one round trip; results keep the input order."""
+        tx = self._tx(tx)
+        if isinstance(starts, ChainStart) or not isinstance(starts, Sequence):
+            raise InvalidArgumentError("start_chains takes a list of ChainStart(...) items")
+        if not starts:
+            return []
+        jobs = [self._new_root(item) for item in starts]
+        explicit = [s.id for s in starts if s.id is not None]
+        if len(set(explicit)) != len(explicit):
+            dup = next(i for i in explicit if explicit.count(i) > 1)
+            raise DuplicateJobIdError(dup)
+        wanted = list(dict.fromkeys(b for job in jobs for b in job.blocker_chain_ids))
+        if wanted:
+            chains = await resolve_blockers(tx.state, wanted)
+            for job in jobs:
+                job_type = self.job_types.get(job.type_name)
+                self.job_types.check_blockers(job_type, [chains[b].type_name for b in job.blocker_chain_ids])
+        created = await tx.state.jobs_create(JobsCreate(jobs=jobs, now=self._now()))
+        existing = await self._existing_chains(tx, [c.job.chain_id for c in created if c.deduplicated])
+        results: list[ChainStarted] = []
+        for item in created:
+            if item.deduplicated:
+                results.append(ChainStarted(existing[item.job.chain_id], deduplicated=True))
+            else:
+                buffer_created(tx.hooks, item, new_chain=True)
+                results.append(ChainStarted(Chain(root=item.job, last=item.job)))
+        return results
+
+    def _new_root(self, start: ChainStart[Any]) -> NewJob:
+        if not isinstance(start, ChainStart):
+            raise InvalidArgumentError(f"start_chains takes ChainStart(...) items, got {start!r}")
+        job_type = self.job_types.resolve(start.job_type)
+        self.job_types.check_entry(job_type)
+        encoded = job_type.encode_input(start.input)
+        if start.deduplication is not None and not isinstance(start.deduplication, Deduplication):
+            raise InvalidArgumentError(
+                f"deduplication must be Deduplication(key=..., scope=...), got {start.deduplication!r}"
+            )
+        ids = blocker_ids(start.blockers)
+        if not ids:
+            self.job_types.check_blockers(job_type, [])
+        return NewJob(
+            id=validate_id(start.id) if start.id is not None else new_id(),
+            type_name=job_type.name,
+            chain_type_name=job_type.name,
+            input=encoded,
+            deduplication=start.deduplication,
+            schedule=check_schedule(start.schedule),
+            blocker_chain_ids=ids,
+        )
+
+    async def _existing_chains(self, tx: Transaction, chain_ids: list[str]) -> dict[str, Chain]:
+        unique = list(dict.fromkeys(chain_ids))
+        if not unique:
+            return {}
+        page = await tx.state.chains_list(ChainsList(chain_ids=unique, limit=len(unique)))
+        return {chain.id: chain for chain in page.items}
+
+    # ------------------------------------------------------------ workerless completion
+
+    async def complete_chain(
+        self,
+        tx: Transaction,
+        job_type: TypeRef,
+        chain_id: str,
+        handler: Callable[[Completion[Any, Any]], Awaitable[object]],
+    ) -> Chain:
+        """Finish a chain's current job without a worker and return the re-read chain.
+
+        The chain's last job is locked, then ``handler`` receives a :class:`Completion`
+        for it and may ``complete(output)``, ``continue_with(...)`` or do nothing. If a
+        worker was running the job, it is told it lost ownership. Raises
+        ChainNotFoundError, JobTypeMismatchError (``job_type`` is not the chain's type) and,
+        from ``complete``, JobAlreadyCompletedError.
+        """
+        tx = self._tx(tx)
+        expected = self.job_types.resolve(job_type).name
+        chain_id = validate_id(chain_id)
+        chain = await tx.state.chain_get(ChainGet(chain_id=chain_id, lock=True))
+        if chain is None:
+            raise ChainNotFoundError(chain_id)
+        self._check_type(expected, chain.type_name)
+        completion: Completion[Any, Any] = Completion(tx, chain.last, self.job_types, now=self._now())
+        await handler(completion)
+        reread = await tx.state.chain_get(ChainGet(chain_id=chain_id))
+        if reread is None:
+            raise ChainNotFoundError(chain_id)
+        return reread
+
+    # ------------------------------------------------------------ trigger
+
+    async def trigger_job(self, tx: Transaction, job_id: str) -> Job:
+        """Make a pending (scheduled) job eligible now."""
+        [job] = await self.trigger_jobs(tx, [job_id])
+        return job
+
+    async def trigger_jobs(self, tx: Transaction, job_ids: Sequence[str]) -> list[Job]:
+        """Make pending jobs eligible now, all or nothing; results keep the input order.
+
+        Raises JobNotFoundError for the first missing id or JobNotTriggerableError for the
+        first job that is not pending, and then changes nothing.
+        """
+        tx = self._tx(tx)
+        if isinstance(job_ids, str) or not isinstance(job_ids, Sequence):
+            raise InvalidArgumentError(f"job_ids must be a list of job ids, got {job_ids!r}")
+        ids = [validate_id(i) for i in job_ids]
+        if not ids:
+            return []
+        result = await tx.state.jobs_trigger(JobsTrigger(job_ids=ids, now=self._now()))
+        missing = set(result.not_found)
+        stuck = dict(result.not_triggerable)
+        for job_id in ids:
+            if job_id in missing:
+                raise JobNotFoundError(job_id)
+            if job_id in stuck:
+                raise JobNotTriggerableError(job_id, stuck[job_id])
+        for job in result.triggered:
+            tx.hooks.job_scheduled(job.type_name)
+            tx.hooks.event(
+                "job_triggered",
+                job_id=job.id,
+                type_name=job.type_name,
+                chain_id=job.chain_id,
+                chain_type_name=job.chain_type_name,
+            )
+        return result.triggered
+
+    # ------------------------------------------------------------ delete
+
+    async def delete_chain(self, tx: Transaction, chain_id: str, *, cascade: bool = False) -> Chain | None:
+        """Delete one chain; returns it, or None if it did not exist."""
+        chain_id = validate_id(chain_id)
+        deleted = await self.delete_chains(tx, [chain_id], cascade=cascade)
+        return next((c for c in deleted if c.id == chain_id), None)
+
+    async def delete_chains(
+        self, tx: Transaction, chain_ids: Sequence[str], *, cascade: bool = False
+    ) -> list[Chain]:
+        """Delete chains with all their jobs; missing ids are skipped.
+
+        Raises BlockerReferenceError (deleting nothing) if a chain still blocks a job
+        outside the set; ``cascade=True`` also deletes, recursively, the chains that block
+        jobs of the set. Workers running a deleted job are told to stop.
+        """
+        tx = self._tx(tx)
+        if isinstance(chain_ids, str) or not isinstance(chain_ids, Sequence):
+            raise InvalidArgumentError(f"chain_ids must be a list of chain ids, got {chain_ids!r}")
+        if not isinstance(cascade, bool):
+            raise InvalidArgumentError(f"cascade must be True or False, got {cascade!r}")
+        ids = list(dict.fromkeys(validate_id(i) for i in chain_ids))
+        if not ids:
+            return []
+        result = await tx.state.chains_delete(ChainsDelete(chain_ids=ids, cascade=cascade))
+        if result.blocker_references:
+            raise BlockerReferenceError(result.blocker_references)
+        for job_id in result.running_job_ids:
+            tx.hooks.ownership_lost(job_id)
+        for chain in result.chains:
+            tx.hooks.event("chain_deleted", chain_id=chain.id, chain_type_name=chain.type_name)
+        return result.chains
+
+
+async def connect(
+    state_url: str | StateAdapter | None = None,
+    *,
+    notify: str | NotifyAdapter | None = None,
+    job_types: JobTypes,
+    observers: Sequence[Observer] | None = None,
+    clock: Clock | None = None,
+    migrate: bool | None = None,
+) -> Client:
+    """Open the backends named by URLs (or environment variables) and return a Client.
+
+    ``state_url``: ``sqlite:///path``, ``postgresql://...``, ``memory://``; None reads
+    ``JOBCHAIN_STATE_URL`` and defaults to the embedded SQLite file. ``notify``: a URL,
+    ``none``, or None to read ``JOBCHAIN_NOTIFY_URL`` (unset: no notify, workers poll).
+    Opened adapters may also be passed directly. ``observers`` defaults to those the
+    installed plugins provide (``jobchain_observers`` hook). ``migrate``: create or upgrade
+    the tables first; by default only for the embedded default, which must work with no
+    setup (run ``jobchain migrate`` as a deploy step for real databases).
+    """
+    if not isinstance(job_types, JobTypes):
+        raise InvalidArgumentError(f"job_types must be a JobTypes registry, got {job_types!r}")
+    # Imported here so the client module does not load the plugin machinery until needed.
+    from jobchain.connect_backends import open_notify, open_state, state_url_configured
+    from jobchain.plugins.manager import collect_observers
+
+    if migrate is None:
+        migrate = state_url is None and not state_url_configured()
+    if observers is None:
+        observers = collect_observers()
+    state = state_url if isinstance(state_url, StateAdapter) else await open_state(state_url)
+    try:
+        if migrate:
+            await state.migrate()
+        notify_adapter = notify if isinstance(notify, NotifyAdapter) else await open_notify(notify)
+        return Client(state, notify_adapter, job_types, observers=observers, clock=clock)
+    except BaseException:
+        if not isinstance(state_url, StateAdapter):
+            await state.close()
+        raise

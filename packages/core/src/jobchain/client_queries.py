@@ -1,0 +1,334 @@
+"""The client's read side: get, list and await chains and jobs.
+
+Every query takes an optional ``tx`` (a :class:`~jobchain.transactions.Transaction` of the
+same client) to read inside the caller's transaction; without it a read-only transaction
+is opened for the call.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import math
+from collections.abc import AsyncIterator, Callable, Sequence
+from contextlib import asynccontextmanager
+from datetime import datetime
+from typing import Any
+
+from jobchain.contracts.notify import NotifyAdapter
+from jobchain.contracts.observe import Observer
+from jobchain.contracts.state import (
+    DEFAULT_PAGE_SIZE,
+    BlockedJobsList,
+    ChainGet,
+    ChainJobsList,
+    ChainsList,
+    JobBlockersGet,
+    JobGet,
+    JobsList,
+    Order,
+    StateAdapter,
+    StateTx,
+)
+from jobchain.entities import Chain, Job, JobStatus, Page, validate_id
+from jobchain.errors import (
+    AdapterClosedError,
+    ChainNotFoundError,
+    InvalidArgumentError,
+    JobTypeMismatchError,
+    TransactionRequiredError,
+    WaitChainTimeoutError,
+)
+from jobchain.job_types import JobType, JobTypes
+from jobchain.transactions import Transaction
+
+Clock = Callable[[], datetime]
+TypeRef = JobType[Any, Any] | str
+
+logger = logging.getLogger("jobchain.client")
+
+
+def type_name_of(job_type: TypeRef) -> str:
+    """The name of a JobType or a type name string."""
+    if isinstance(job_type, JobType):
+        return job_type.name
+    if isinstance(job_type, str) and job_type:
+        return job_type
+    raise InvalidArgumentError(f"expected a JobType or a job type name, got {job_type!r}")
+
+
+def _names(what: str, values: Sequence[TypeRef]) -> list[str]:
+    _require_list(what, values)
+    return [type_name_of(v) for v in values]
+
+
+def _ids(what: str, values: Sequence[str]) -> list[str]:
+    _require_list(what, values)
+    return [validate_id(v) for v in values]
+
+
+def _statuses(values: Sequence[JobStatus | str]) -> list[str]:
+    _require_list("statuses", values)
+    try:
+        return [JobStatus(v).value for v in values]
+    except ValueError:
+        valid = ", ".join(s.value for s in JobStatus)
+        raise InvalidArgumentError(f"statuses must be among {valid}; got {list(values)!r}") from None
+
+
+def _require_list(what: str, values: object) -> None:
+    if isinstance(values, (str, bytes)) or not isinstance(values, Sequence):
+        raise InvalidArgumentError(f"{what} must be a list, got {values!r}; wrap a single value in [...]")
+
+
+def positive_seconds(name: str, value: object) -> float:
+    """``value`` as a positive finite number of seconds, or InvalidArgumentError."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise InvalidArgumentError(f"{name} must be a number of seconds, got {value!r}")
+    if math.isnan(value) or math.isinf(value) or value <= 0:
+        raise InvalidArgumentError(f"{name} must be a positive finite number of seconds, got {value!r}")
+    return float(value)
+
+
+class ClientQueries:
+    """Read methods of :class:`~jobchain.client.Client` (see that class)."""
+
+    state: StateAdapter
+    notify: NotifyAdapter | None
+    job_types: JobTypes
+    observers: tuple[Observer, ...]
+    clock: Clock | None
+
+    def __init__(
+        self,
+        state: StateAdapter,
+        notify: NotifyAdapter | None,
+        job_types: JobTypes,
+        observers: Sequence[Observer] = (),
+        clock: Clock | None = None,
+    ) -> None:
+        if not isinstance(job_types, JobTypes):
+            raise InvalidArgumentError(f"job_types must be a JobTypes registry, got {job_types!r}")
+        self.state = state
+        self.notify = notify
+        self.job_types = job_types
+        self.observers = tuple(observers)
+        self.clock = clock
+        self._closed = False
+
+    def _now(self) -> datetime | None:
+        return self.clock() if self.clock is not None else None
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise AdapterClosedError("this client is closed; connect a new one")
+
+    def _tx(self, tx: object) -> Transaction:
+        """``tx`` if it is an open transaction of this client, else TransactionRequiredError."""
+        if not isinstance(tx, Transaction) or not tx.belongs_to(self):
+            raise TransactionRequiredError(
+                "this call writes: pass the transaction of `async with client.transaction() as tx` "
+                f"opened on this client and still open, got {tx!r}"
+            )
+        return tx
+
+    @asynccontextmanager
+    async def _read(self, tx: Transaction | None) -> AsyncIterator[StateTx]:
+        self._check_open()
+        if tx is not None:
+            yield self._tx(tx).state
+            return
+        async with self.state.transaction(read_only=True) as state_tx:
+            yield state_tx
+
+    @staticmethod
+    def _check_type(expected: TypeRef | None, actual: str) -> None:
+        if expected is not None and type_name_of(expected) != actual:
+            raise JobTypeMismatchError(type_name_of(expected), actual)
+
+    async def get_chain(
+        self, chain_id: str, *, job_type: TypeRef | None = None, tx: Transaction | None = None
+    ) -> Chain | None:
+        """The chain, or None. JobTypeMismatchError if ``job_type`` is not the chain's type."""
+        chain_id = validate_id(chain_id)
+        async with self._read(tx) as state:
+            chain = await state.chain_get(ChainGet(chain_id=chain_id))
+        if chain is not None:
+            self._check_type(job_type, chain.type_name)
+        return chain
+
+    async def get_job(
+        self, job_id: str, *, job_type: TypeRef | None = None, tx: Transaction | None = None
+    ) -> Job | None:
+        """The job, or None. JobTypeMismatchError if ``job_type`` is not the job's type."""
+        job_id = validate_id(job_id)
+        async with self._read(tx) as state:
+            job = await state.job_get(JobGet(job_id=job_id))
+        if job is not None:
+            self._check_type(job_type, job.type_name)
+        return job
+
+    async def list_chains(
+        self,
+        *,
+        type_names: Sequence[TypeRef] = (),
+        chain_ids: Sequence[str] = (),
+        job_ids: Sequence[str] = (),
+        statuses: Sequence[JobStatus | str] = (),
+        root_only: bool = False,
+        created_from: datetime | None = None,
+        created_to: datetime | None = None,
+        order: Order = "desc",
+        cursor: str | None = None,
+        limit: int = DEFAULT_PAGE_SIZE,
+        tx: Transaction | None = None,
+    ) -> Page[Chain]:
+        """Chains by root creation time (newest first by default); ``statuses`` match the last job.
+
+        ``root_only`` leaves out chains used as a blocker; time bounds are inclusive.
+        """
+        params = ChainsList(
+            type_names=_names("type_names", type_names),
+            chain_ids=_ids("chain_ids", chain_ids),
+            job_ids=_ids("job_ids", job_ids),
+            statuses=_statuses(statuses),
+            root_only=root_only,
+            created_from=_aware("created_from", created_from),
+            created_to=_aware("created_to", created_to),
+            order=order,
+            cursor=cursor,
+            limit=limit,
+        )
+        async with self._read(tx) as state:
+            return await state.chains_list(params)
+
+    async def list_jobs(
+        self,
+        *,
+        type_names: Sequence[TypeRef] = (),
+        chain_type_names: Sequence[TypeRef] = (),
+        chain_ids: Sequence[str] = (),
+        job_ids: Sequence[str] = (),
+        statuses: Sequence[JobStatus | str] = (),
+        created_from: datetime | None = None,
+        created_to: datetime | None = None,
+        order: Order = "desc",
+        cursor: str | None = None,
+        limit: int = DEFAULT_PAGE_SIZE,
+        tx: Transaction | None = None,
+    ) -> Page[Job]:
+        """Jobs by creation time (newest first by default); time bounds are inclusive."""
+        params = JobsList(
+            type_names=_names("type_names", type_names),
+            chain_type_names=_names("chain_type_names", chain_type_names),
+            chain_ids=_ids("chain_ids", chain_ids),
+            job_ids=_ids("job_ids", job_ids),
+            statuses=_statuses(statuses),
+            created_from=_aware("created_from", created_from),
+            created_to=_aware("created_to", created_to),
+            order=order,
+            cursor=cursor,
+            limit=limit,
+        )
+        async with self._read(tx) as state:
+            return await state.jobs_list(params)
+
+    async def list_chain_jobs(
+        self,
+        chain_id: str,
+        *,
+        job_type: TypeRef | None = None,
+        order: Order = "asc",
+        cursor: str | None = None,
+        limit: int = DEFAULT_PAGE_SIZE,
+        tx: Transaction | None = None,
+    ) -> Page[Job]:
+        """The jobs of one chain in chain order (root first by default)."""
+        params = ChainJobsList(chain_id=validate_id(chain_id), order=order, cursor=cursor, limit=limit)
+        async with self._read(tx) as state:
+            if job_type is not None:
+                chain = await state.chain_get(ChainGet(chain_id=params.chain_id))
+                if chain is not None:
+                    self._check_type(job_type, chain.type_name)
+            return await state.chain_jobs_list(params)
+
+    async def get_job_blockers(self, job_id: str, *, tx: Transaction | None = None) -> list[Chain]:
+        """The chains blocking (or that blocked) a job, in declaration order."""
+        params = JobBlockersGet(job_id=validate_id(job_id))
+        async with self._read(tx) as state:
+            return await state.job_blockers_get(params)
+
+    async def list_blocked_jobs(
+        self,
+        chain_id: str,
+        *,
+        order: Order = "desc",
+        cursor: str | None = None,
+        limit: int = DEFAULT_PAGE_SIZE,
+        tx: Transaction | None = None,
+    ) -> Page[Job]:
+        """Jobs that declared ``chain_id`` as a blocker (newest first by default)."""
+        params = BlockedJobsList(
+            blocker_chain_id=validate_id(chain_id), order=order, cursor=cursor, limit=limit
+        )
+        async with self._read(tx) as state:
+            return await state.blocked_jobs_list(params)
+
+    async def await_chain(
+        self,
+        chain_id: str,
+        *,
+        job_type: TypeRef | None = None,
+        timeout: float,  # noqa: ASYNC109 -- the wait owns its deadline so it can raise WaitChainTimeoutError
+        poll_interval: float = 15.0,
+    ) -> Chain:
+        """Wait until the chain is completed and return it.
+
+        Wakes on the chain-completed notification and re-checks every ``poll_interval``
+        seconds in case a notification is lost. Raises WaitChainTimeoutError after
+        ``timeout`` seconds, ChainNotFoundError if the chain does not exist (or is deleted
+        while waiting); cancelling the caller cancels the wait.
+        """
+        chain_id = validate_id(chain_id)
+        timeout = positive_seconds("timeout", timeout)
+        poll_interval = positive_seconds("poll_interval", poll_interval)
+        self._check_open()
+        woken = asyncio.Event()
+        unsubscribe = None
+        if self.notify is not None:
+            # Subscribe before the first check so a completion in between is not missed.
+            try:
+                unsubscribe = await self.notify.listen_chain_completed(chain_id, lambda _id: woken.set())
+            except Exception:
+                # Notifications are hints: without them the wait still ends through polling.
+                logger.warning(
+                    "await_chain: cannot listen for chain completion; polling instead", exc_info=True
+                )
+        try:
+            async with asyncio.timeout(timeout):
+                while True:
+                    woken.clear()
+                    chain = await self.get_chain(chain_id, job_type=job_type)
+                    if chain is None:
+                        raise ChainNotFoundError(chain_id)
+                    if chain.status is JobStatus.COMPLETED:
+                        return chain
+                    try:
+                        async with asyncio.timeout(poll_interval):
+                            await woken.wait()
+                    except TimeoutError:
+                        pass
+        except TimeoutError:
+            raise WaitChainTimeoutError(chain_id, timeout) from None
+        finally:
+            if unsubscribe is not None:
+                try:
+                    await unsubscribe()
+                except Exception:
+                    logger.warning("await_chain: unsubscribe failed", exc_info=True)
+
+
+def _aware(name: str, value: datetime | None) -> datetime | None:
+    if value is not None and (not isinstance(value, datetime) or value.tzinfo is None):
+        raise InvalidArgumentError(f"{name} must be a timezone-aware datetime, got {value!r}")
+    return value

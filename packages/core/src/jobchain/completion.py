@@ -1,0 +1,308 @@
+"""Finishing a job: terminal output or continuation, shared by workerless completion and workers.
+
+:func:`finish_job` validates first and writes second, so a validation error leaves the
+transaction untouched. It buffers the resulting notifications and events in the
+transaction's hooks: they go out only after commit.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any, Generic, TypeVar
+
+from jobchain.contracts.state import (
+    MAX_PAGE_SIZE,
+    ChainsList,
+    JobComplete,
+    JobCompleted,
+    JobCreated,
+    JobsCreate,
+    NewJob,
+    StateTx,
+)
+from jobchain.entities import Chain, Job, JobStatus, Schedule, new_id, validate_id
+from jobchain.errors import ChainNotFoundError, InvalidArgumentError, JobAlreadyCompletedError
+from jobchain.job_types import JobType, JobTypes
+from jobchain.transactions import Transaction, TransactionHooks
+
+I = TypeVar("I")  # noqa: E741 -- conventional input/output type variable names
+O = TypeVar("O")  # noqa: E741
+I2 = TypeVar("I2")
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ContinuationSpec:
+    """The next job of a chain: its type, input and optional id, schedule and blockers."""
+
+    job_type: JobType[Any, Any]
+    input: Any
+    id: str | None = None
+    schedule: Schedule | None = None
+    blockers: Sequence[Chain | str] = ()
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class JobFinished:
+    """What finishing a job did: the adapter's result plus the continuation it created."""
+
+    completed: JobCompleted
+    continuation: Job | None = None
+    continuation_deduplicated: bool = False
+
+    @property
+    def job(self) -> Job:
+        """The completed job."""
+        return self.completed.job
+
+    @property
+    def chain_completed(self) -> bool:
+        return self.completed.chain_completed
+
+    @property
+    def unblocked_jobs(self) -> list[Job]:
+        return self.completed.unblocked_jobs
+
+
+def check_schedule(schedule: object) -> Schedule | None:
+    """``schedule`` if it is a Schedule or None, else an InvalidArgumentError saying what to pass."""
+    if schedule is None or isinstance(schedule, Schedule):
+        return schedule
+    raise InvalidArgumentError(
+        f"schedule must be a Schedule (Schedule(at=...), Schedule(after=...) or Schedule.in_seconds(n)), "
+        f"got {schedule!r}"
+    )
+
+
+def blocker_ids(blockers: Iterable[Chain | str]) -> list[str]:
+    """Validated, de-duplicated blocker chain ids in declaration order."""
+    if isinstance(blockers, (str, Chain)):
+        raise InvalidArgumentError("blockers must be a list of chains or chain ids")
+    ids: dict[str, None] = {}
+    for blocker in blockers:
+        chain_id = blocker.id if isinstance(blocker, Chain) else validate_id(blocker)
+        ids[chain_id] = None
+    return list(ids)
+
+
+async def resolve_blockers(state: StateTx, ids: Sequence[str]) -> dict[str, Chain]:
+    """Read the blocker chains (one listing per 500 ids); ChainNotFoundError for a missing one."""
+    found: dict[str, Chain] = {}
+    for start in range(0, len(ids), MAX_PAGE_SIZE):
+        part = ids[start : start + MAX_PAGE_SIZE]
+        page = await state.chains_list(ChainsList(chain_ids=part, limit=MAX_PAGE_SIZE))
+        found.update((chain.id, chain) for chain in page.items)
+    for chain_id in ids:
+        if chain_id not in found:
+            raise ChainNotFoundError(chain_id)
+    return found
+
+
+def buffer_created(hooks: TransactionHooks, created: JobCreated, *, new_chain: bool) -> None:
+    """Buffer the events and wake-up of a job that ``jobs_create`` inserted (not deduplicated)."""
+    if created.deduplicated:
+        return
+    job = created.job
+    attrs = _job_attrs(job)
+    if new_chain:
+        hooks.event("chain_created", chain_id=job.chain_id, chain_type_name=job.chain_type_name)
+    hooks.event("job_created", **attrs)
+    if job.status is JobStatus.BLOCKED:
+        hooks.event("job_blocked", **attrs, blocker_chain_ids=list(created.incomplete_blocker_chain_ids))
+    elif job.status is JobStatus.PENDING:
+        hooks.job_scheduled(job.type_name)
+
+
+def _job_attrs(job: Job) -> dict[str, Any]:
+    return {
+        "job_id": job.id,
+        "type_name": job.type_name,
+        "chain_id": job.chain_id,
+        "chain_type_name": job.chain_type_name,
+    }
+
+
+async def finish_job(
+    tx: Transaction,
+    job: Job,
+    job_types: JobTypes,
+    *,
+    worker_id: str | None,
+    lease_generation: int | None,
+    output: Any = None,
+    continuation: ContinuationSpec | None = None,
+    now: datetime | None = None,
+) -> JobFinished:
+    """Complete ``job`` with ``output``, or hand its chain over to ``continuation``.
+
+    Everything is validated before the first write. ``worker_id=None`` is a workerless
+    completion: if the job was running, its worker is told it lost ownership.
+    """
+    if job.status is JobStatus.COMPLETED:
+        raise JobAlreadyCompletedError(job.id)
+    job_type = job_types.get(job.type_name)
+    new_job: NewJob | None = None
+    encoded_output: Any = None
+    if continuation is None:
+        encoded_output = job_type.encode_output(output)
+    else:
+        if output is not None:
+            raise InvalidArgumentError("pass either an output or a continuation, not both")
+        new_job = await _continuation_job(tx.state, job, job_type, job_types, continuation)
+
+    created: JobCreated | None = None
+    if new_job is not None:
+        [created] = await tx.state.jobs_create(JobsCreate(jobs=[new_job], now=now))
+    completed = await tx.state.job_complete(
+        JobComplete(
+            job_id=job.id,
+            output=encoded_output,
+            worker_id=worker_id,
+            lease_generation=lease_generation,
+            now=now,
+        )
+    )
+    _buffer_finished(
+        tx.hooks, completed, created, worker_id=worker_id, running=job.status is JobStatus.RUNNING
+    )
+    return JobFinished(
+        completed=completed,
+        continuation=created.job if created is not None else None,
+        continuation_deduplicated=created.deduplicated if created is not None else False,
+    )
+
+
+async def _continuation_job(
+    state: StateTx, job: Job, job_type: JobType[Any, Any], job_types: JobTypes, spec: ContinuationSpec
+) -> NewJob:
+    if not isinstance(spec, ContinuationSpec):
+        raise InvalidArgumentError(f"continuation must be a ContinuationSpec, got {spec!r}")
+    next_type = job_types.resolve(spec.job_type)
+    job_types.check_continuation(job_type, next_type)
+    encoded_input = next_type.encode_input(spec.input)
+    job_id = validate_id(spec.id) if spec.id is not None else new_id()
+    schedule = check_schedule(spec.schedule)
+    ids = blocker_ids(spec.blockers)
+    if ids:
+        chains = await resolve_blockers(state, ids)
+        job_types.check_blockers(next_type, [chains[i].type_name for i in ids])
+    else:
+        job_types.check_blockers(next_type, [])
+    return NewJob(
+        id=job_id,
+        type_name=next_type.name,
+        chain_type_name=job.chain_type_name,
+        chain_id=job.chain_id,
+        chain_index=job.chain_index + 1,
+        input=encoded_input,
+        schedule=schedule,
+        blocker_chain_ids=ids,
+    )
+
+
+def _buffer_finished(
+    hooks: TransactionHooks,
+    completed: JobCompleted,
+    created: JobCreated | None,
+    *,
+    worker_id: str | None,
+    running: bool,
+) -> None:
+    job = completed.job
+    if worker_id is None and (running or completed.was_running):
+        # A worker may still be running this job; tell it to stop at once.
+        hooks.ownership_lost(job.id)
+    if created is not None:
+        buffer_created(hooks, created, new_chain=False)
+    hooks.event(
+        "job_completed",
+        **_job_attrs(job),
+        worker_id=worker_id,
+        continued=created is not None,
+    )
+    if completed.chain_completed:
+        hooks.chain_completed(job.chain_id)
+        hooks.event("chain_completed", chain_id=job.chain_id, chain_type_name=job.chain_type_name)
+    for unblocked in completed.unblocked_jobs:
+        hooks.event("job_unblocked", **_job_attrs(unblocked), blocker_chain_id=job.chain_id)
+        if unblocked.status is JobStatus.PENDING:
+            hooks.job_scheduled(unblocked.type_name)
+
+
+class Completion(Generic[I, O]):
+    """Finishes one job exactly once: :meth:`complete` with an output or :meth:`continue_with`.
+
+    ``job`` is the job being finished (for workerless completion, the chain's current last
+    job). Workers pass their ``worker_id`` and ``lease_generation``; workerless completion
+    passes None for both.
+    """
+
+    def __init__(
+        self,
+        tx: Transaction,
+        job: Job,
+        job_types: JobTypes,
+        *,
+        worker_id: str | None = None,
+        lease_generation: int | None = None,
+        now: datetime | None = None,
+    ) -> None:
+        self.job = job
+        self.job_type: JobType[I, O] = job_types.get(job.type_name)
+        self._tx = tx
+        self._job_types = job_types
+        self._worker_id = worker_id
+        self._lease_generation = lease_generation
+        self._now = now
+        self._busy = False
+        self._finished: JobFinished | None = None
+
+    @property
+    def input(self) -> I:
+        """The job's input decoded into its declared type."""
+        return self.job_type.decode_input(self.job.input)
+
+    @property
+    def finished(self) -> JobFinished | None:
+        """The result of :meth:`complete`/:meth:`continue_with`, or None if not called yet."""
+        return self._finished
+
+    async def complete(self, output: O) -> JobFinished:
+        """Complete the job (and its chain) with ``output``."""
+        return await self._finish(output, None)
+
+    async def continue_with(
+        self,
+        job_type: JobType[I2, Any],
+        input: I2,
+        *,
+        id: str | None = None,
+        schedule: Schedule | None = None,
+        blockers: Sequence[Chain | str] = (),
+    ) -> JobFinished:
+        """Complete the job by appending the next job of its chain."""
+        spec = ContinuationSpec(job_type=job_type, input=input, id=id, schedule=schedule, blockers=blockers)
+        return await self._finish(None, spec)
+
+    async def _finish(self, output: Any, continuation: ContinuationSpec | None) -> JobFinished:
+        if self._finished is not None or self._busy:
+            raise InvalidArgumentError(
+                f"job {self.job.id} was already finished by this completion; "
+                "call complete() or continue_with() only once"
+            )
+        self._busy = True
+        try:
+            self._finished = await finish_job(
+                self._tx,
+                self.job,
+                self._job_types,
+                worker_id=self._worker_id,
+                lease_generation=self._lease_generation,
+                output=output,
+                continuation=continuation,
+                now=self._now,
+            )
+        finally:
+            self._busy = False
+        return self._finished

@@ -1,0 +1,396 @@
+"""The state contract: every state transition and query, one frozen params object per operation.
+
+Every operation is a single round trip wherever the engine allows it. Times are aware UTC
+datetimes; ``now=None`` means the adapter's own clock. Suite: ``jobchain_conformance``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable, Sequence
+from contextlib import AbstractAsyncContextManager
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from typing import Literal, Protocol, runtime_checkable
+
+from jobchain.contracts.capabilities import Capability
+from jobchain.entities import Chain, Deduplication, Job, JsonValue, Page, Schedule
+from jobchain.errors import BlockerReference, InvalidArgumentError, InvalidPageSizeError
+
+DEFAULT_PAGE_SIZE = 50
+MAX_PAGE_SIZE = 500
+
+Order = Literal["asc", "desc"]
+
+
+def _check_page(limit: int, order: str) -> None:
+    if not isinstance(limit, int) or isinstance(limit, bool) or not 1 <= limit <= MAX_PAGE_SIZE:
+        raise InvalidPageSizeError(f"page limit must be an integer from 1 to {MAX_PAGE_SIZE}, got {limit!r}")
+    if order not in ("asc", "desc"):
+        raise InvalidArgumentError(f"order must be 'asc' or 'desc', got {order!r}")
+
+
+def _check_timedelta(name: str, value: timedelta | None, *, positive: bool = False) -> None:
+    if value is None:
+        return
+    if value < timedelta(0) or (positive and value == timedelta(0)):
+        raise InvalidArgumentError(
+            f"{name} must be {'positive' if positive else 'non-negative'}, got {value!r}"
+        )
+
+
+# ---------------------------------------------------------------- creation
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class NewJob:
+    """A job to insert. ``chain_id=None`` starts a new chain whose id is this job's id.
+
+    A continuation passes its chain's id and ``chain_index = previous + 1``; inserting an
+    existing ``(chain_id, chain_index)`` returns the existing job with ``deduplicated=True``.
+    ``blocker_chain_ids`` makes the job ``blocked`` while any of those chains is incomplete.
+    """
+
+    id: str
+    type_name: str
+    chain_type_name: str
+    chain_id: str | None = None
+    chain_index: int = 0
+    input: JsonValue = None
+    deduplication: Deduplication | None = None
+    schedule: Schedule | None = None
+    blocker_chain_ids: Sequence[str] = ()
+    trace_context: JsonValue = None
+    chain_trace_context: JsonValue = None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class JobsCreate:
+    """Insert jobs in one batch; equal (deduplication key, chain type) items collapse onto the first."""
+
+    jobs: Sequence[NewJob]
+    now: datetime | None = None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class JobCreated:
+    """Result per input job, in input order."""
+
+    job: Job
+    deduplicated: bool = False
+    incomplete_blocker_chain_ids: tuple[str, ...] = ()
+
+
+# ---------------------------------------------------------------- reads
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ChainGet:
+    """Read a chain; ``lock=True`` takes the exclusive lock on its last job until the tx ends."""
+
+    chain_id: str
+    lock: bool = False
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class JobGet:
+    """Read a job; ``lock=True`` takes the exclusive row lock until the tx ends."""
+
+    job_id: str
+    lock: bool = False
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class JobBlockersGet:
+    """The blocker chains of a job, in the order they were declared."""
+
+    job_id: str
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class JobNextAvailable:
+    """Time until the earliest pending job of these types is eligible (zero if one is now)."""
+
+    type_names: Sequence[str]
+    now: datetime | None = None
+
+
+# ---------------------------------------------------------------- worker transitions
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class JobsAcquire:
+    """Claim up to ``limit`` eligible pending jobs, oldest ``scheduled_at`` first.
+
+    Claimed jobs become ``running`` with ``attempt + 1``, ``lease_generation + 1`` and a
+    lease for ``worker_id`` until ``now + lease_for``. Rows locked by other transactions
+    are skipped, so concurrent callers never receive the same job.
+    """
+
+    type_names: Sequence[str]
+    worker_id: str
+    lease_for: timedelta
+    limit: int = 1
+    now: datetime | None = None
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.limit, int) or self.limit < 1:
+            raise InvalidArgumentError(f"acquire limit must be a positive integer, got {self.limit!r}")
+        _check_timedelta("lease_for", self.lease_for, positive=True)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class JobsAcquired:
+    """Claimed jobs and whether more eligible jobs were waiting beyond the limit."""
+
+    jobs: list[Job]
+    has_more: bool
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class JobRenewLease:
+    """Extend the caller's lease. Raises JobNotFoundError, JobAlreadyCompletedError or
+    JobTakenByAnotherWorkerError (also on a stale ``lease_generation``) and changes nothing."""
+
+    job_id: str
+    worker_id: str
+    lease_for: timedelta
+    lease_generation: int | None = None
+    now: datetime | None = None
+
+    def __post_init__(self) -> None:
+        _check_timedelta("lease_for", self.lease_for, positive=True)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class JobReschedule:
+    """Return a job to ``pending`` at ``schedule`` (clamped to now), recording ``error``.
+
+    With ``worker_id`` the caller must own the lease (same errors as renewal); without it
+    any non-completed job may be rescheduled. The lease is cleared.
+    """
+
+    job_id: str
+    schedule: Schedule
+    error: str
+    worker_id: str | None = None
+    lease_generation: int | None = None
+    now: datetime | None = None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class JobComplete:
+    """Complete a job with ``output``; ``worker_id=None`` is a workerless completion.
+
+    If no continuation (``chain_index + 1``) exists, the chain is complete and every job
+    whose blockers are now all complete goes ``blocked → pending`` with
+    ``scheduled_at = max(scheduled_at, now)`` in the same operation.
+    """
+
+    job_id: str
+    output: JsonValue = None
+    worker_id: str | None = None
+    lease_generation: int | None = None
+    now: datetime | None = None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class JobCompleted:
+    """The completed job, whether its chain completed, and the jobs it unblocked."""
+
+    job: Job
+    chain_completed: bool
+    unblocked_jobs: list[Job] = field(default_factory=list)
+    previous_leased_by: str | None = None
+    was_running: bool = False
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class JobsReapExpired:
+    """Return up to ``limit`` running jobs whose lease expired to ``pending`` (lease cleared).
+
+    Oldest lease first; rows locked elsewhere and ``exclude_job_ids`` are skipped.
+    """
+
+    type_names: Sequence[str]
+    exclude_job_ids: Sequence[str] = ()
+    limit: int = 1
+    now: datetime | None = None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class JobsTrigger:
+    """Make pending jobs eligible now. All-or-nothing: nothing changes if any id is missing
+    or not pending; the result reports them instead of raising."""
+
+    job_ids: Sequence[str]
+    now: datetime | None = None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class JobsTriggered:
+    triggered: list[Job] = field(default_factory=list)
+    not_found: list[str] = field(default_factory=list)
+    not_triggerable: list[tuple[str, str]] = field(default_factory=list)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ChainsDelete:
+    """Delete chains (every job and blocker row). Missing ids are skipped.
+
+    All-or-nothing: if a job outside the set is blocked by a chain in the set, nothing is
+    deleted and the result lists those ``blocker_references`` (with no chains); the client
+    turns them into BlockerReferenceError. ``cascade=True`` first adds, recursively, every
+    chain that blocks a job of the set (blockers declared by any of its jobs).
+    """
+
+    chain_ids: Sequence[str]
+    cascade: bool = False
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ChainsDeleted:
+    """The deleted chains (as they were) and the ids of deleted jobs that were running."""
+
+    chains: list[Chain]
+    running_job_ids: list[str] = field(default_factory=list)
+    blocker_references: list[BlockerReference] = field(default_factory=list)
+
+
+# ---------------------------------------------------------------- listings
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ChainsList:
+    """List chains by root ``created_at`` (then id). ``statuses`` match the last job;
+    ``root_only`` excludes chains used as a blocker; bounds are inclusive."""
+
+    type_names: Sequence[str] = ()
+    chain_ids: Sequence[str] = ()
+    job_ids: Sequence[str] = ()
+    statuses: Sequence[str] = ()
+    root_only: bool = False
+    created_from: datetime | None = None
+    created_to: datetime | None = None
+    order: Order = "desc"
+    cursor: str | None = None
+    limit: int = DEFAULT_PAGE_SIZE
+
+    def __post_init__(self) -> None:
+        _check_page(self.limit, self.order)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class JobsList:
+    """List jobs by ``created_at`` (then id); bounds are inclusive."""
+
+    type_names: Sequence[str] = ()
+    chain_type_names: Sequence[str] = ()
+    chain_ids: Sequence[str] = ()
+    job_ids: Sequence[str] = ()
+    statuses: Sequence[str] = ()
+    created_from: datetime | None = None
+    created_to: datetime | None = None
+    order: Order = "desc"
+    cursor: str | None = None
+    limit: int = DEFAULT_PAGE_SIZE
+
+    def __post_init__(self) -> None:
+        _check_page(self.limit, self.order)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ChainJobsList:
+    """List the jobs of one chain by ``chain_index``."""
+
+    chain_id: str
+    order: Order = "asc"
+    cursor: str | None = None
+    limit: int = DEFAULT_PAGE_SIZE
+
+    def __post_init__(self) -> None:
+        _check_page(self.limit, self.order)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class BlockedJobsList:
+    """List jobs that declared ``blocker_chain_id`` as a blocker, by ``created_at`` (then id)."""
+
+    blocker_chain_id: str
+    order: Order = "desc"
+    cursor: str | None = None
+    limit: int = DEFAULT_PAGE_SIZE
+
+    def __post_init__(self) -> None:
+        _check_page(self.limit, self.order)
+
+
+# ---------------------------------------------------------------- protocols
+
+
+@runtime_checkable
+class StateTx(Protocol):
+    """One open transaction (or savepoint) of a state adapter."""
+
+    def savepoint(self) -> AbstractAsyncContextManager[StateTx]:
+        """Nested unit of work: released on success, rolled back (and re-raised) on error.
+
+        Guarantees (suite: SavepointTests): rollback leaves the outer tx usable, even a
+        poisoned one.
+        """
+        ...
+
+    async def jobs_create(self, params: JobsCreate) -> list[JobCreated]: ...
+    async def chain_get(self, params: ChainGet) -> Chain | None: ...
+    async def job_get(self, params: JobGet) -> Job | None: ...
+    async def job_blockers_get(self, params: JobBlockersGet) -> list[Chain]: ...
+    async def job_next_available(self, params: JobNextAvailable) -> timedelta | None: ...
+    async def jobs_acquire(self, params: JobsAcquire) -> JobsAcquired: ...
+    async def job_renew_lease(self, params: JobRenewLease) -> Job: ...
+    async def job_reschedule(self, params: JobReschedule) -> Job: ...
+    async def job_complete(self, params: JobComplete) -> JobCompleted: ...
+    async def jobs_reap_expired(self, params: JobsReapExpired) -> list[Job]: ...
+    async def jobs_trigger(self, params: JobsTrigger) -> JobsTriggered: ...
+    async def chains_delete(self, params: ChainsDelete) -> ChainsDeleted: ...
+    async def chains_list(self, params: ChainsList) -> Page[Chain]: ...
+    async def jobs_list(self, params: JobsList) -> Page[Job]: ...
+    async def chain_jobs_list(self, params: ChainJobsList) -> Page[Job]: ...
+    async def blocked_jobs_list(self, params: BlockedJobsList) -> Page[Job]: ...
+
+
+@runtime_checkable
+class StateAdapter(Protocol):
+    """A state backend: transactions over the job tables plus lifecycle.
+
+    ``transaction(read_only=True)`` reads committed data and never waits for writers.
+    ``migrate()`` is idempotent and safe to run from several processes at once.
+    """
+
+    capabilities: frozenset[Capability]
+    time_precision: timedelta
+
+    def transaction(
+        self, *, read_only: bool = False, connection: object | None = None
+    ) -> AbstractAsyncContextManager[StateTx]:
+        """Open a transaction, or join the caller's own driver ``connection``.
+
+        With ``connection`` (a provider-specific object such as a psycopg connection or an
+        SQLAlchemy AsyncConnection/AsyncSession already inside a transaction) the adapter
+        runs its statements there and neither commits nor rolls back: the caller's commit
+        decides. Adapters that cannot join foreign connections raise InvalidArgumentError.
+        """
+        ...
+
+    async def migrate(self) -> None: ...
+    async def close(self) -> None: ...
+
+
+@runtime_checkable
+class ObservesCallerCommits(Protocol):
+    """Optional: an adapter that can tell when a joined caller transaction commits."""
+
+    def after_commit(
+        self, connection: object, on_commit: Callable[[], Awaitable[None]], on_rollback: Callable[[], None]
+    ) -> bool:
+        """Arrange ``on_commit`` after ``connection``'s transaction commits (``on_rollback`` if
+        it rolls back). Return False if this connection offers no way to observe that."""
+        ...

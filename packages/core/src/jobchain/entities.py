@@ -1,0 +1,189 @@
+"""Immutable entities: jobs, chains, schedules, deduplication options, pages."""
+
+from __future__ import annotations
+
+import math
+import uuid
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+from enum import StrEnum
+from typing import Any, Generic, Literal, TypeAlias, TypeVar
+
+from jobchain.errors import InvalidArgumentError, InvalidJobIdError
+
+JsonValue: TypeAlias = Any
+"""A value that survives ``json.dumps``/``json.loads`` unchanged (validated at the client boundary)."""
+
+T = TypeVar("T")
+
+
+class JobStatus(StrEnum):
+    """Stored status of a job: ``blocked → pending → running → completed``."""
+
+    BLOCKED = "blocked"
+    PENDING = "pending"
+    RUNNING = "running"
+    COMPLETED = "completed"
+
+
+def utcnow() -> datetime:
+    """The current time as an aware UTC datetime."""
+    return datetime.now(UTC)
+
+
+def new_id() -> str:
+    """A new job id (a canonical lowercase UUID4 string)."""
+    return str(uuid.uuid4())
+
+
+def validate_id(value: object, source: Literal["caller", "generator"] = "caller") -> str:
+    """Return ``value`` as a canonical UUID string or raise :class:`InvalidJobIdError`."""
+    if not isinstance(value, str):
+        raise InvalidJobIdError(value, source)
+    try:
+        parsed = uuid.UUID(value)
+    except ValueError:
+        raise InvalidJobIdError(value, source) from None
+    canonical = str(parsed)
+    if canonical != value.lower():
+        raise InvalidJobIdError(value, source)
+    return canonical
+
+
+def _require_aware(name: str, value: datetime | None) -> None:
+    if value is not None and value.tzinfo is None:
+        raise InvalidArgumentError(f"{name} must be timezone-aware (use datetime.now(timezone.utc))")
+
+
+@dataclass(frozen=True, slots=True)
+class Schedule:
+    """When a job becomes eligible: at an absolute time or after a delay (exactly one)."""
+
+    at: datetime | None = None
+    after: timedelta | None = None
+
+    def __post_init__(self) -> None:
+        if (self.at is None) == (self.after is None):
+            raise InvalidArgumentError("Schedule needs exactly one of at= or after=")
+        _require_aware("Schedule.at", self.at)
+        if self.after is not None:
+            seconds = self.after.total_seconds()
+            if math.isnan(seconds) or seconds < 0:
+                raise InvalidArgumentError(f"Schedule.after must be a non-negative delay, got {self.after!r}")
+
+    @classmethod
+    def in_seconds(cls, seconds: float) -> Schedule:
+        """Schedule after a number of seconds; NaN, infinite or negative values are rejected."""
+        if not isinstance(seconds, (int, float)) or math.isnan(seconds) or math.isinf(seconds):
+            raise InvalidArgumentError(f"delay must be a finite number of seconds, got {seconds!r}")
+        if seconds < 0:
+            raise InvalidArgumentError(f"delay must not be negative, got {seconds!r}")
+        return cls(after=timedelta(seconds=seconds))
+
+    def resolve(self, now: datetime) -> datetime:
+        """The eligibility time, clamped so it is never before ``now``."""
+        target = self.at if self.at is not None else now + (self.after or timedelta())
+        return max(target, now)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Deduplication:
+    """Start-time deduplication: an existing matching chain is returned instead of a new one.
+
+    ``scope="incomplete"`` matches a chain of the same type and key whose last job is not
+    completed. ``scope="any"`` matches any chain created within ``window`` (required).
+    """
+
+    key: str
+    scope: Literal["incomplete", "any"] = "incomplete"
+    window: timedelta | None = None
+    exclude_chain_ids: Sequence[str] = ()
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.key, str) or not self.key:
+            raise InvalidArgumentError("Deduplication.key must be a non-empty string")
+        if self.scope not in ("incomplete", "any"):
+            raise InvalidArgumentError(
+                f"Deduplication.scope must be 'incomplete' or 'any', got {self.scope!r}"
+            )
+        if self.scope == "any" and self.window is None:
+            raise InvalidArgumentError(
+                "Deduplication scope 'any' needs window= (a timedelta), otherwise it never expires"
+            )
+        if self.window is not None and self.window <= timedelta(0):
+            raise InvalidArgumentError(f"Deduplication.window must be positive, got {self.window!r}")
+        object.__setattr__(self, "exclude_chain_ids", tuple(self.exclude_chain_ids))
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Job:
+    """One stored job. Running jobs carry a lease; completed jobs carry their output."""
+
+    id: str
+    chain_id: str
+    type_name: str
+    chain_type_name: str
+    chain_index: int
+    status: JobStatus
+    input: JsonValue
+    output: JsonValue = None
+    created_at: datetime
+    scheduled_at: datetime
+    attempt: int = 0
+    last_attempt_at: datetime | None = None
+    last_attempt_error: str | None = None
+    leased_by: str | None = None
+    leased_until: datetime | None = None
+    lease_generation: int = 0
+    completed_at: datetime | None = None
+    completed_by: str | None = None
+    deduplication_key: str | None = None
+    trace_context: JsonValue = None
+    chain_trace_context: JsonValue = None
+
+    @property
+    def is_root(self) -> bool:
+        """True for the first job of its chain (``id == chain_id``)."""
+        return self.id == self.chain_id
+
+
+@dataclass(frozen=True, slots=True)
+class Chain:
+    """A chain is its first job plus its current last job (the same job when alone)."""
+
+    root: Job
+    last: Job
+
+    @property
+    def id(self) -> str:
+        return self.root.id
+
+    @property
+    def type_name(self) -> str:
+        return self.root.chain_type_name
+
+    @property
+    def status(self) -> JobStatus:
+        """The status of the chain's last job."""
+        return self.last.status
+
+    @property
+    def output(self) -> JsonValue:
+        return self.last.output if self.last.status is JobStatus.COMPLETED else None
+
+    @property
+    def created_at(self) -> datetime:
+        return self.root.created_at
+
+    @property
+    def completed_at(self) -> datetime | None:
+        return self.last.completed_at if self.last.status is JobStatus.COMPLETED else None
+
+
+@dataclass(frozen=True, slots=True)
+class Page(Generic[T]):
+    """One page of a listing; pass ``next_cursor`` back to read the next page (None at the end)."""
+
+    items: list[T] = field(default_factory=list)
+    next_cursor: str | None = None

@@ -1,0 +1,1 @@
+"""Glue for third-party libraries that several backends share (imported lazily)."""

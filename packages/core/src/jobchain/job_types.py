@@ -1,0 +1,350 @@
+"""The job-type registry: typed declarations of what each job takes, returns and may lead to.
+
+Inputs and outputs are declared with **standard dataclasses** (the primary style)::
+
+    @dataclass
+    class SendEmail:
+        to: str
+        subject: str
+
+    types = JobTypes()
+    send_email = types.define("send_email", input=SendEmail, output=None, entry=True)
+
+Why dataclasses, validated by msgspec:
+
+* They are the standard library's own record type: no new vocabulary to learn, no base
+  class to inherit from, and mypy, IDEs and ``dataclasses.replace`` understand them.
+* msgspec validates and encodes them quickly and names the failing field in its message
+  (``Expected `int`, got `str` - at `$.count```), which becomes the ``details`` of
+  :class:`~jobchain.errors.JobTypeValidationError`.
+* msgspec also accepts ``TypedDict``, ``msgspec.Struct``, primitives, ``None`` and
+  ``dict[str, Any]`` for the cases where a dataclass is too much; pydantic models are not
+  needed and not a dependency.
+
+Registries defined in separate modules are *slices*; :meth:`JobTypes.merge` combines them
+and rejects a name declared twice.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
+from typing import Any, Generic, TypeVar, overload
+
+import msgspec
+
+from jobchain.entities import JsonValue
+from jobchain.errors import (
+    DuplicateJobTypeError,
+    InvalidArgumentError,
+    JobTypeValidationError,
+    NotJsonSerializableError,
+    UnknownJobTypeError,
+)
+from jobchain.json_values import MAX_PAYLOAD_BYTES, from_json_value, to_json_value
+
+I = TypeVar("I")  # noqa: E741 -- I/O are the conventional names for input/output type variables
+O = TypeVar("O")  # noqa: E741
+
+_NAME_RE = re.compile(r"[A-Za-z0-9_.:-]+")
+MAX_TYPE_NAME_LENGTH = 200
+
+NOT_ENTRY_POINT = "not_entry_point"
+INVALID_INPUT = "invalid_input"
+INVALID_OUTPUT = "invalid_output"
+INVALID_CONTINUATION = "invalid_continuation"
+INVALID_BLOCKERS = "invalid_blockers"
+
+
+def validate_type_name(name: object) -> str:
+    """Return ``name`` if it is a valid job type name, else raise InvalidArgumentError."""
+    if not isinstance(name, str) or not name:
+        raise InvalidArgumentError(f"job type name must be a non-empty string, got {name!r}")
+    if len(name) > MAX_TYPE_NAME_LENGTH:
+        raise InvalidArgumentError(
+            f"job type name must be at most {MAX_TYPE_NAME_LENGTH} characters, got {len(name)}"
+        )
+    if not _NAME_RE.fullmatch(name):
+        raise InvalidArgumentError(
+            f"job type name {name!r} may only contain letters, digits and the characters _ . : -"
+        )
+    return name
+
+
+def _name_set(kind: str, names: Iterable[str | JobType[Any, Any]] | None) -> frozenset[str] | None:
+    if names is None:
+        return None
+    if isinstance(names, str):
+        raise InvalidArgumentError(f"{kind} must be a collection of type names, not the string {names!r}")
+    return frozenset(validate_type_name(n.name if isinstance(n, JobType) else n) for n in names)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True, eq=False)
+class JobType(Generic[I, O]):
+    """A declared job type: its name, input and output types and its chaining rules.
+
+    ``continues_with`` lists the type names a job of this type may continue with (None:
+    any registered type). ``blockers`` lists the chain type names allowed as blockers
+    (None: any; empty: none). ``retry`` and ``lease`` are per-type worker settings.
+    """
+
+    name: str
+    input_type: Any
+    output_type: Any
+    entry: bool = False
+    continues_with: frozenset[str] | None = None
+    blockers: frozenset[str] | None = None
+    retry: Any | None = None
+    lease: Any | None = None
+    max_payload_bytes: int = MAX_PAYLOAD_BYTES
+
+    def encode_input(self, value: I) -> JsonValue:
+        """Validate ``value`` against the input type and return it as plain JSON."""
+        return self._encode(INVALID_INPUT, value, self.input_type)
+
+    def decode_input(self, value: JsonValue) -> I:
+        """Decode a stored input into the declared input type."""
+        return self._decode(INVALID_INPUT, value, self.input_type)  # type: ignore[no-any-return]
+
+    def encode_output(self, value: O) -> JsonValue:
+        """Validate ``value`` against the output type and return it as plain JSON."""
+        return self._encode(INVALID_OUTPUT, value, self.output_type)
+
+    def decode_output(self, value: JsonValue) -> O:
+        """Decode a stored output into the declared output type."""
+        return self._decode(INVALID_OUTPUT, value, self.output_type)  # type: ignore[no-any-return]
+
+    def _encode(self, code: str, value: object, type_: Any) -> JsonValue:
+        try:
+            return to_json_value(value, type_, max_bytes=self.max_payload_bytes)
+        except NotJsonSerializableError as exc:
+            raise JobTypeValidationError(code, self.name, str(exc)) from exc
+        except msgspec.ValidationError as exc:
+            raise JobTypeValidationError(code, self.name, _details(exc, type_)) from exc
+
+    def _decode(self, code: str, value: JsonValue, type_: Any) -> Any:
+        try:
+            return from_json_value(value, type_)
+        except msgspec.ValidationError as exc:
+            raise JobTypeValidationError(code, self.name, _details(exc, type_)) from exc
+
+    def __repr__(self) -> str:
+        return f"JobType({self.name!r}, entry={self.entry})"
+
+
+def _details(exc: msgspec.ValidationError, type_: Any) -> str:
+    expected = getattr(type_, "__name__", None) or repr(type_)
+    return f"{exc} (expected {expected})"
+
+
+class JobTypes:
+    """A registry slice: define job types here, merge slices with :meth:`merge`.
+
+    ``retry`` and ``lease`` are this slice's defaults for types that declare none; a
+    processor's own settings still win, and the worker's apply when neither is set.
+    """
+
+    def __init__(self, *, retry: Any | None = None, lease: Any | None = None) -> None:
+        self._types: dict[str, JobType[Any, Any]] = {}
+        self.retry = retry
+        self.lease = lease
+
+    @overload
+    def define(
+        self,
+        name: str,
+        *,
+        input: type[I],
+        output: type[O],
+        entry: bool = ...,
+        continues_with: Iterable[str | JobType[Any, Any]] | None = ...,
+        blockers: Iterable[str | JobType[Any, Any]] | None = ...,
+        retry: Any | None = ...,
+        lease: Any | None = ...,
+        max_payload_bytes: int = ...,
+    ) -> JobType[I, O]: ...
+
+    @overload
+    def define(
+        self,
+        name: str,
+        *,
+        input: type[I],
+        output: None,
+        entry: bool = ...,
+        continues_with: Iterable[str | JobType[Any, Any]] | None = ...,
+        blockers: Iterable[str | JobType[Any, Any]] | None = ...,
+        retry: Any | None = ...,
+        lease: Any | None = ...,
+        max_payload_bytes: int = ...,
+    ) -> JobType[I, None]: ...
+
+    @overload
+    def define(
+        self,
+        name: str,
+        *,
+        input: None,
+        output: type[O],
+        entry: bool = ...,
+        continues_with: Iterable[str | JobType[Any, Any]] | None = ...,
+        blockers: Iterable[str | JobType[Any, Any]] | None = ...,
+        retry: Any | None = ...,
+        lease: Any | None = ...,
+        max_payload_bytes: int = ...,
+    ) -> JobType[None, O]: ...
+
+    @overload
+    def define(
+        self,
+        name: str,
+        *,
+        input: None,
+        output: None,
+        entry: bool = ...,
+        continues_with: Iterable[str | JobType[Any, Any]] | None = ...,
+        blockers: Iterable[str | JobType[Any, Any]] | None = ...,
+        retry: Any | None = ...,
+        lease: Any | None = ...,
+        max_payload_bytes: int = ...,
+    ) -> JobType[None, None]: ...
+
+    def define(
+        self,
+        name: str,
+        *,
+        input: Any,
+        output: Any,
+        entry: bool = False,
+        continues_with: Iterable[str | JobType[Any, Any]] | None = None,
+        blockers: Iterable[str | JobType[Any, Any]] | None = None,
+        retry: Any | None = None,
+        lease: Any | None = None,
+        max_payload_bytes: int = MAX_PAYLOAD_BYTES,
+    ) -> JobType[Any, Any]:
+        """Declare a job type in this slice and return it (a duplicate name is an error)."""
+        validate_type_name(name)
+        if name in self._types:
+            raise DuplicateJobTypeError([name])
+        if not isinstance(entry, bool):
+            raise InvalidArgumentError(f"entry must be True or False, got {entry!r}")
+        if not isinstance(max_payload_bytes, int) or max_payload_bytes < 1:
+            raise InvalidArgumentError(
+                f"max_payload_bytes must be a positive integer, got {max_payload_bytes!r}"
+            )
+        job_type: JobType[Any, Any] = JobType(
+            name=name,
+            input_type=_declared(input),
+            output_type=_declared(output),
+            entry=entry,
+            continues_with=_name_set("continues_with", continues_with),
+            blockers=_name_set("blockers", blockers),
+            retry=retry if retry is not None else self.retry,
+            lease=lease if lease is not None else self.lease,
+            max_payload_bytes=max_payload_bytes,
+        )
+        self._types[name] = job_type
+        return job_type
+
+    @classmethod
+    def merge(cls, *slices: JobTypes) -> JobTypes:
+        """A new registry holding every type of ``slices``; a name in two slices is an error."""
+        merged = cls()
+        duplicates: list[str] = []
+        for part in slices:
+            if not isinstance(part, JobTypes):
+                raise InvalidArgumentError(f"JobTypes.merge takes JobTypes slices, got {part!r}")
+            for name, job_type in part._types.items():
+                existing = merged._types.get(name)
+                if existing is not None and existing is not job_type:
+                    duplicates.append(name)
+                merged._types[name] = job_type
+        if duplicates:
+            raise DuplicateJobTypeError(sorted(set(duplicates)))
+        return merged
+
+    def get(self, name: str) -> JobType[Any, Any]:
+        """The type registered under ``name``, or UnknownJobTypeError listing the known names."""
+        job_type = self._types.get(name)
+        if job_type is None:
+            raise UnknownJobTypeError(name, list(self._types))
+        return job_type
+
+    def resolve(self, job_type: JobType[Any, Any] | str) -> JobType[Any, Any]:
+        """The registered type for a name or a JobType (which must be this registry's own)."""
+        if isinstance(job_type, JobType):
+            registered = self.get(job_type.name)
+            if registered is not job_type:
+                raise InvalidArgumentError(
+                    f"job type {job_type.name!r} is not the one registered with this client "
+                    "(declared in another registry with the same name); merge its slice instead"
+                )
+            return registered
+        if isinstance(job_type, str):
+            return self.get(job_type)
+        raise InvalidArgumentError(f"expected a JobType or a job type name, got {job_type!r}")
+
+    def names(self) -> list[str]:
+        """Registered type names in definition order."""
+        return list(self._types)
+
+    def __contains__(self, name: object) -> bool:
+        return name in self._types
+
+    def __iter__(self) -> Iterator[JobType[Any, Any]]:
+        return iter(self._types.values())
+
+    def __len__(self) -> int:
+        return len(self._types)
+
+    def check_entry(self, job_type: JobType[Any, Any]) -> None:
+        """Raise ``not_entry_point`` unless ``job_type`` may start a chain."""
+        if not job_type.entry:
+            raise JobTypeValidationError(
+                NOT_ENTRY_POINT,
+                job_type.name,
+                "this type cannot start a chain; start an entry type or declare it with entry=True",
+            )
+
+    def check_continuation(self, from_type: JobType[Any, Any], to_type: JobType[Any, Any]) -> None:
+        """Raise ``invalid_continuation`` unless ``from_type`` may continue with ``to_type``."""
+        self.resolve(to_type)
+        allowed = from_type.continues_with
+        if allowed is not None and to_type.name not in allowed:
+            listed = ", ".join(sorted(allowed)) or "(none: it must finish with an output)"
+            raise JobTypeValidationError(
+                INVALID_CONTINUATION,
+                from_type.name,
+                f"cannot continue with {to_type.name!r}; allowed continuations: {listed}",
+            )
+
+    def check_blockers(self, job_type: JobType[Any, Any], blocker_type_names: Iterable[str]) -> None:
+        """Raise ``invalid_blockers`` unless every blocker chain type is allowed for ``job_type``."""
+        allowed = job_type.blockers
+        if allowed is None:
+            return
+        names = list(blocker_type_names)
+        bad = sorted({n for n in names if n not in allowed})
+        if bad:
+            listed = ", ".join(sorted(allowed)) or "(none)"
+            raise JobTypeValidationError(
+                INVALID_BLOCKERS,
+                job_type.name,
+                f"chains of type {', '.join(repr(b) for b in bad)} may not block it; "
+                f"allowed blocker types: {listed}",
+            )
+
+
+def _declared(type_: Any) -> Any:
+    """Normalise a declared input/output type (``None`` means the value must be None)."""
+    if type_ is None:
+        return type(None)
+    try:
+        msgspec.json.Decoder(type_)
+    except TypeError as exc:
+        raise InvalidArgumentError(
+            f"{type_!r} cannot be used as a job input or output type ({exc}); use a dataclass, "
+            "TypedDict, msgspec.Struct, primitive, None or dict[str, Any]"
+        ) from None
+    return type_

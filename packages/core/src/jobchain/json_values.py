@@ -1,0 +1,100 @@
+"""JSON boundary helpers: turn typed values into plain JSON values and back.
+
+Everything a job stores (input, output) passes through :func:`to_json_value` before it
+reaches a state adapter, so every backend receives the same plain ``dict``/``list``/
+``str``/``int``/``float``/``bool``/``None`` tree and never sees a Python object it would
+serialize differently. msgspec does the encoding and the shape validation; this module adds
+the checks JSON itself cannot express (NaN and infinity, sets and bytes that msgspec would
+silently turn into arrays and base64 strings) and a size limit.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from typing import Any
+
+import msgspec
+
+from jobchain.entities import JsonValue
+from jobchain.errors import NotJsonSerializableError
+
+MAX_PAYLOAD_BYTES = 8 * 1024 * 1024
+"""Default upper bound for one encoded input or output (8 MiB)."""
+
+_MAX_DEPTH = 256
+
+
+def _check_plain(value: object, path: str, depth: int = 0) -> None:
+    """Reject values JSON cannot carry unchanged, naming the first offending path."""
+    if depth > _MAX_DEPTH:
+        raise NotJsonSerializableError(f"not JSON-serializable: nesting deeper than {_MAX_DEPTH} at {path}")
+    if isinstance(value, float):
+        if math.isnan(value) or math.isinf(value):
+            raise NotJsonSerializableError(
+                f"not JSON-serializable: {value!r} at {path}; JSON has no NaN or infinity, "
+                "use None or a finite number"
+            )
+    elif isinstance(value, (str, int, bool)) or value is None:
+        return
+    elif isinstance(value, dict):
+        for key, item in value.items():
+            _check_plain(item, f"{path}.{key}", depth + 1)
+    elif isinstance(value, (list, tuple)):
+        for index, item in enumerate(value):
+            _check_plain(item, f"{path}[{index}]", depth + 1)
+    elif isinstance(value, (set, frozenset)):
+        raise NotJsonSerializableError(
+            f"not JSON-serializable: a {type(value).__name__} at {path}; use a list instead"
+        )
+    elif isinstance(value, (bytes, bytearray, memoryview)):
+        raise NotJsonSerializableError(
+            f"not JSON-serializable: {type(value).__name__} at {path}; encode it as a string "
+            "(for example base64) first"
+        )
+    elif isinstance(value, msgspec.Struct):
+        for name in value.__struct_fields__:
+            _check_plain(getattr(value, name), f"{path}.{name}", depth + 1)
+    elif dataclasses.is_dataclass(value) and not isinstance(value, type):
+        for f in dataclasses.fields(value):
+            _check_plain(getattr(value, f.name), f"{path}.{f.name}", depth + 1)
+    # Anything else (datetime, UUID, Decimal, Enum, unsupported objects) is left to msgspec,
+    # which either encodes it in a well-defined way or raises TypeError below.
+
+
+def encode_json(value: object, *, max_bytes: int = MAX_PAYLOAD_BYTES) -> bytes:
+    """Encode ``value`` as JSON bytes or raise :class:`NotJsonSerializableError` saying why."""
+    _check_plain(value, "$")
+    try:
+        raw = msgspec.json.encode(value)
+    except (TypeError, OverflowError) as exc:
+        raise NotJsonSerializableError(
+            f"not JSON-serializable: {exc}; pass dicts, lists, strings, numbers, booleans, None "
+            "or dataclasses of them"
+        ) from None
+    if len(raw) > max_bytes:
+        raise NotJsonSerializableError(
+            f"payload is {len(raw)} bytes encoded, more than the {max_bytes}-byte limit; "
+            "store large data elsewhere and pass a reference"
+        )
+    return raw
+
+
+def to_json_value(value: object, type_: Any = Any, *, max_bytes: int = MAX_PAYLOAD_BYTES) -> JsonValue:
+    """Validate ``value`` against ``type_`` and return it as a plain JSON value.
+
+    Raises :class:`NotJsonSerializableError` for values JSON cannot carry (NaN, infinity,
+    sets, bytes, arbitrary objects, oversized payloads) and ``msgspec.ValidationError``
+    (whose message names the field, e.g. ``$.count``) when the shape does not match.
+    """
+    raw = encode_json(value, max_bytes=max_bytes)
+    if type_ is not Any:
+        msgspec.json.decode(raw, type=type_)
+    return msgspec.json.decode(raw)
+
+
+def from_json_value(value: JsonValue, type_: Any) -> Any:
+    """Decode a stored JSON value into ``type_`` (raises ``msgspec.ValidationError``)."""
+    if type_ is Any:
+        return value
+    return msgspec.json.decode(msgspec.json.encode(value), type=type_)

@@ -1,0 +1,254 @@
+"""Tables, indexes, row locks and undo logs of the in-process state backend.
+
+Write transactions change the live tables in place. Before changing a row a transaction
+takes that row's exclusive lock, which it holds until it ends, so the rows changed by
+different open transactions never overlap and each transaction's undo log can be replayed
+on its own. The committed version of every changed row is kept in ``preimages`` until its
+transaction ends; the views in ``_views`` combine live rows and preimages so that each
+transaction sees committed data plus its own changes. Blocker rows live and die with the
+job that declared them, so a stored row is ``(job, blocker chain ids)``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Iterable
+from datetime import datetime
+from typing import TypeVar
+
+from jobchain.entities import Job, JobStatus
+from jobchain.memory._sorted import SortedKeys
+
+Row = tuple[Job, tuple[str, ...]]
+"""A stored job with the blocker chain ids it declared, in declaration order."""
+
+PendingKey = tuple[datetime, datetime, str]  # (scheduled_at, created_at, id): acquisition order
+LeaseKey = tuple[datetime, str]  # (leased_until, id): reaping order
+CreatedKey = tuple[datetime, str]  # (created_at, id): listing order
+ChainKey = tuple[int, str]  # (chain_index, id)
+Mark = tuple[int, int]  # (undo log length, locks held): a savepoint
+_IndexKey = TypeVar("_IndexKey", str, tuple[str, str])
+
+
+def created_key(job: Job) -> CreatedKey:
+    return (job.created_at, job.id)
+
+
+def _pending_key(job: Job | None) -> PendingKey | None:
+    if job is None or job.status is not JobStatus.PENDING:
+        return None
+    return (job.scheduled_at, job.created_at, job.id)
+
+
+def _lease_key(job: Job | None) -> LeaseKey | None:
+    if job is None or job.status is not JobStatus.RUNNING or job.leased_until is None:
+        return None
+    return (job.leased_until, job.id)
+
+
+class TxState:
+    """The bookkeeping of one open write transaction."""
+
+    __slots__ = ("ended", "locks", "touched", "undo", "waiting_for")
+
+    def __init__(self) -> None:
+        self.undo: list[tuple[str, Row | None]] = []  # (job id, previous row), oldest first
+        self.locks: list[str] = []  # locked job ids, in acquisition order
+        self.touched: set[str] = set()  # ids whose preimage this transaction recorded
+        self.waiting_for: TxState | None = None  # for deadlock detection
+        self.ended = asyncio.Event()
+
+    def mark(self) -> Mark:
+        return (len(self.undo), len(self.locks))
+
+
+class Blocked(Exception):  # noqa: N818 -- a control-flow signal, never seen outside this package
+    """A row the operation needs is locked by ``holder``: undo, wait for it to end, retry."""
+
+    def __init__(self, holder: TxState) -> None:
+        super().__init__("row locked by another transaction")
+        self.holder = holder
+
+
+class Store:
+    """Live tables and their indexes, plus locks and preimages of the open transactions."""
+
+    def __init__(self) -> None:
+        self.jobs: dict[str, Job] = {}
+        self.blockers: dict[str, tuple[str, ...]] = {}  # job id -> blocker chain ids
+        self.chains: dict[str, SortedKeys[ChainKey]] = {}
+        self.dependents: dict[str, set[str]] = {}  # blocker chain id -> ids of jobs it blocks
+        self.dedup: dict[tuple[str, str], set[str]] = {}  # (key, chain type) -> root ids
+        self.pending: dict[str, SortedKeys[PendingKey]] = {}  # by type name
+        self.running: dict[str, SortedKeys[LeaseKey]] = {}  # by type name
+        self.created: SortedKeys[CreatedKey] = SortedKeys()
+        self.roots: SortedKeys[CreatedKey] = SortedKeys()
+        self.locks: dict[str, TxState] = {}
+        self.preimages: dict[str, Row | None] = {}  # committed row of each changed row (None: inserted)
+        # Secondary indexes over the preimages, so views find committed rows that other
+        # transactions moved or deleted without scanning every preimage.
+        self.preimages_by_chain: dict[str, set[str]] = {}
+        self.preimages_by_blocker: dict[str, set[str]] = {}
+        self.preimages_by_dedup: dict[tuple[str, str], set[str]] = {}
+
+    def chain_member_id(self, chain_id: str, chain_index: int) -> str | None:
+        """The live job id at ``chain_index`` of the chain, if any."""
+        members = self.chains.get(chain_id)
+        if members is None:
+            return None
+        key = next(members.after((chain_index, "")), None)  # ids are never empty: first key >= index
+        return key[1] if key is not None and key[0] == chain_index else None
+
+    def row(self, job_id: str) -> Row | None:
+        job = self.jobs.get(job_id)
+        return None if job is None else (job, self.blockers.get(job_id, ()))
+
+    # ------------------------------------------------------------ locks and writes
+
+    def lock(self, tx: TxState, job_id: str) -> None:
+        """Take the row's exclusive lock for ``tx`` or raise :class:`Blocked` naming its holder."""
+        holder = self.locks.get(job_id)
+        if holder is None:
+            self.locks[job_id] = tx
+            tx.locks.append(job_id)
+        elif holder is not tx:
+            raise Blocked(holder)
+
+    def try_lock(self, tx: TxState, job_id: str) -> bool:
+        """Take the lock unless another transaction holds it (``SKIP LOCKED``)."""
+        holder = self.locks.get(job_id)
+        if holder is None:
+            self.locks[job_id] = tx
+            tx.locks.append(job_id)
+        return holder is None or holder is tx
+
+    def put(self, tx: TxState, job_id: str, job: Job | None, blockers: tuple[str, ...] = ()) -> None:
+        """Write a row for ``tx`` (``None`` deletes it), locking it first.
+
+        ``blockers`` is used when the row is created; an update keeps the existing blockers.
+        """
+        self.lock(tx, job_id)
+        old_row = self.row(job_id)
+        tx.undo.append((job_id, old_row))
+        if job_id not in self.preimages:
+            self._record_preimage(job_id, old_row)
+            tx.touched.add(job_id)
+        self._apply(job_id, old_row, job, blockers)
+
+    def rollback_to(self, tx: TxState, mark: Mark) -> None:
+        """Undo ``tx``'s writes after ``mark``, newest first, and release the locks taken since."""
+        undo_length, lock_count = mark
+        while len(tx.undo) > undo_length:
+            job_id, row = tx.undo.pop()
+            self._apply(
+                job_id, self.row(job_id), None if row is None else row[0], () if row is None else row[1]
+            )
+        while len(tx.locks) > lock_count:
+            # Rows first locked after the mark were first changed after it: they are back
+            # to their committed state, so their preimages go too.
+            job_id = tx.locks.pop()
+            del self.locks[job_id]
+            if job_id in tx.touched:
+                tx.touched.discard(job_id)
+                self._drop_preimage(job_id)
+
+    def finish(self, tx: TxState, *, commit: bool) -> None:
+        """End ``tx``: keep (commit) or undo its writes, release its locks, wake its waiters."""
+        if not commit:
+            self.rollback_to(tx, (0, 0))
+        for job_id in tx.locks:
+            del self.locks[job_id]
+        for job_id in tx.touched:
+            self._drop_preimage(job_id)
+        tx.undo.clear()
+        tx.locks.clear()
+        tx.touched.clear()
+        tx.ended.set()
+
+    def _record_preimage(self, job_id: str, row: Row | None) -> None:
+        self.preimages[job_id] = row
+        if row is not None:
+            job, blockers = row
+            self.preimages_by_chain.setdefault(job.chain_id, set()).add(job_id)
+            for chain_id in blockers:
+                self.preimages_by_blocker.setdefault(chain_id, set()).add(job_id)
+            if job.is_root and job.deduplication_key is not None:
+                key = (job.deduplication_key, job.chain_type_name)
+                self.preimages_by_dedup.setdefault(key, set()).add(job_id)
+
+    def _drop_preimage(self, job_id: str) -> None:
+        row = self.preimages.pop(job_id)
+        if row is not None:
+            job, blockers = row
+            _discard_from(self.preimages_by_chain, job.chain_id, job_id)
+            for chain_id in blockers:
+                _discard_from(self.preimages_by_blocker, chain_id, job_id)
+            if job.is_root and job.deduplication_key is not None:
+                _discard_from(self.preimages_by_dedup, (job.deduplication_key, job.chain_type_name), job_id)
+
+    # ------------------------------------------------------------ index maintenance
+
+    def _apply(self, job_id: str, old_row: Row | None, new: Job | None, blockers: tuple[str, ...]) -> None:
+        old = None if old_row is None else old_row[0]
+        if old_row is not None and new is None:
+            self._unindex_row(*old_row)
+            del self.jobs[job_id]
+        elif old_row is None and new is not None:
+            self.jobs[job_id] = new
+            self._index_row(new, blockers)
+        elif new is not None:
+            self.jobs[job_id] = new
+        self._reindex_state(old, new)
+
+    def _index_row(self, job: Job, blockers: tuple[str, ...]) -> None:
+        if blockers:
+            self.blockers[job.id] = blockers
+            for chain_id in blockers:
+                self.dependents.setdefault(chain_id, set()).add(job.id)
+        self.chains.setdefault(job.chain_id, SortedKeys()).add((job.chain_index, job.id))
+        self.created.add(created_key(job))
+        if job.is_root:
+            self.roots.add(created_key(job))
+            if job.deduplication_key is not None:
+                self.dedup.setdefault((job.deduplication_key, job.chain_type_name), set()).add(job.id)
+
+    def _unindex_row(self, job: Job, blockers: tuple[str, ...]) -> None:
+        self.blockers.pop(job.id, None)
+        for chain_id in blockers:
+            _discard_from(self.dependents, chain_id, job.id)
+        members = self.chains[job.chain_id]
+        members.discard((job.chain_index, job.id))
+        if not members:
+            del self.chains[job.chain_id]
+        self.created.discard(created_key(job))
+        if job.is_root:
+            self.roots.discard(created_key(job))
+            if job.deduplication_key is not None:
+                _discard_from(self.dedup, (job.deduplication_key, job.chain_type_name), job.id)
+
+    def _reindex_state(self, old: Job | None, new: Job | None) -> None:
+        old_key, new_key = _pending_key(old), _pending_key(new)
+        if old_key != new_key:
+            if old is not None and old_key is not None:
+                self.pending[old.type_name].discard(old_key)
+            if new is not None and new_key is not None:
+                self.pending.setdefault(new.type_name, SortedKeys()).add(new_key)
+        old_lease, new_lease = _lease_key(old), _lease_key(new)
+        if old_lease != new_lease:
+            if old is not None and old_lease is not None:
+                self.running[old.type_name].discard(old_lease)
+            if new is not None and new_lease is not None:
+                self.running.setdefault(new.type_name, SortedKeys()).add(new_lease)
+
+
+def _discard_from(index: dict[_IndexKey, set[str]], key: _IndexKey, job_id: str) -> None:
+    members = index.get(key)
+    if members is not None:
+        members.discard(job_id)
+        if not members:
+            del index[key]
+
+
+def unique(values: Iterable[str]) -> list[str]:
+    """``values`` without repeats, first occurrence kept."""
+    return list(dict.fromkeys(values))

@@ -1,0 +1,373 @@
+"""The write operations (and locked reads) of the in-process state backend.
+
+Each function is one synchronous *attempt* of an operation inside a write transaction.
+It reads through the transaction's view and locks every row it changes. When it needs a
+row another open transaction holds, it raises :class:`Blocked`; the caller then undoes the
+attempt, waits for that transaction to end and runs the attempt again, so the attempt that
+finally succeeds ran with every lock it needed (PostgreSQL's ``FOR UPDATE`` wait).
+Acquisition and reaping skip locked rows instead (``SKIP LOCKED``).
+"""
+
+from __future__ import annotations
+
+import heapq
+from dataclasses import dataclass, replace
+from datetime import datetime
+
+from jobchain.contracts.state import (
+    ChainsDelete,
+    ChainsDeleted,
+    JobComplete,
+    JobCompleted,
+    JobCreated,
+    JobRenewLease,
+    JobReschedule,
+    JobsAcquire,
+    JobsAcquired,
+    JobsCreate,
+    JobsReapExpired,
+    JobsTrigger,
+    JobsTriggered,
+    NewJob,
+)
+from jobchain.entities import Chain, Deduplication, Job, JobStatus
+from jobchain.errors import (
+    BlockerReference,
+    ChainNotFoundError,
+    DuplicateJobIdError,
+    InvalidArgumentError,
+    JobAlreadyCompletedError,
+    JobNotFoundError,
+    JobTakenByAnotherWorkerError,
+)
+from jobchain.memory._store import Blocked, Store, TxState, created_key, unique
+from jobchain.memory._views import View
+
+
+@dataclass(frozen=True, slots=True)
+class Ctx:
+    """One attempt of one write operation: the tables, the transaction and what it sees."""
+
+    store: Store
+    tx: TxState
+    view: View
+
+    def lock(self, job_id: str) -> None:
+        self.store.lock(self.tx, job_id)
+
+    def put(self, job: Job, blockers: tuple[str, ...] = ()) -> Job:
+        self.store.put(self.tx, job.id, job, blockers)
+        return job
+
+    def locked_elsewhere(self, job_id: str) -> bool:
+        holder = self.store.locks.get(job_id)
+        return holder is not None and holder is not self.tx
+
+    def locked_job(self, job_id: str) -> Job | None:
+        """Read a job and lock it (``FOR UPDATE``), or None when this transaction cannot see it."""
+        job = self.view.job(job_id)
+        if job is not None:
+            self.lock(job_id)  # a row visible to us and changed by another tx is locked by it: we wait
+        return job
+
+    def await_uncommitted_insert(self, job_id: str) -> None:
+        """Like a unique index: a row another open transaction inserted waits for its outcome."""
+        inserted_elsewhere = job_id in self.store.preimages and self.store.preimages[job_id] is None
+        if inserted_elsewhere and self.locked_elsewhere(job_id):
+            raise Blocked(self.store.locks[job_id])
+
+
+# ---------------------------------------------------------------- creation
+
+
+def jobs_create(ctx: Ctx, params: JobsCreate, now: datetime) -> list[JobCreated]:
+    first_of_key: dict[tuple[str, str], Job] = {}  # in-batch deduplication
+    results: list[JobCreated] = []
+    for new in params.jobs:
+        if new.chain_id is None:
+            results.append(_create_root(ctx, new, now, first_of_key))
+        else:
+            results.append(_create_continuation(ctx, new, new.chain_id, now))
+    return results
+
+
+def _create_root(
+    ctx: Ctx, new: NewJob, now: datetime, first_of_key: dict[tuple[str, str], Job]
+) -> JobCreated:
+    dedup = new.deduplication
+    if dedup is None:
+        return _insert(ctx, new, new.id, 0, now)
+    key = (dedup.key, new.chain_type_name)
+    match = first_of_key.get(key)
+    if match is None:
+        for root_id in ctx.store.dedup.get(key, ()):
+            ctx.await_uncommitted_insert(root_id)
+        match = _deduplication_match(ctx.view, dedup, new.chain_type_name, now)
+    if match is not None:
+        first_of_key[key] = match
+        return JobCreated(job=match, deduplicated=True)
+    created = _insert(ctx, new, new.id, 0, now)
+    first_of_key[key] = created.job
+    return created
+
+
+def _deduplication_match(view: View, dedup: Deduplication, chain_type_name: str, now: datetime) -> Job | None:
+    """The newest root of the same key and chain type that the scope and window allow."""
+    excluded = set(dedup.exclude_chain_ids)
+    best: Job | None = None
+    for root in view.dedup_roots(dedup.key, chain_type_name):
+        if root.id in excluded:
+            continue
+        if dedup.window is not None and root.created_at < now - dedup.window:
+            continue
+        if dedup.scope == "incomplete":
+            last = view.last_job(root.id)
+            if last is not None and last.status is JobStatus.COMPLETED:
+                continue
+        if best is None or created_key(root) > created_key(best):
+            best = root
+    return best
+
+
+def _create_continuation(ctx: Ctx, new: NewJob, chain_id: str, now: datetime) -> JobCreated:
+    live_id = ctx.store.chain_member_id(chain_id, new.chain_index)
+    if live_id is not None:
+        ctx.await_uncommitted_insert(live_id)
+    existing = ctx.view.chain_member(chain_id, new.chain_index)
+    if existing is not None:
+        return JobCreated(job=existing, deduplicated=True)
+    last = ctx.view.last_job(chain_id)
+    if last is None:
+        raise ChainNotFoundError(chain_id)
+    ctx.lock(last.id)  # serializes with a concurrent continuation, completion or deletion
+    return _insert(ctx, new, chain_id, new.chain_index, now)
+
+
+def _insert(ctx: Ctx, new: NewJob, chain_id: str, chain_index: int, now: datetime) -> JobCreated:
+    if ctx.locked_elsewhere(new.id):  # being inserted or deleted elsewhere: wait for the outcome
+        raise Blocked(ctx.store.locks[new.id])
+    if ctx.view.job(new.id) is not None:
+        raise DuplicateJobIdError(new.id)
+    blockers = tuple(unique(new.blocker_chain_ids))
+    incomplete: list[str] = []
+    for blocker_id in blockers:
+        last = ctx.view.last_job(blocker_id)
+        if last is None:
+            raise ChainNotFoundError(blocker_id)
+        # Locked so a concurrent completion of the blocker cannot miss this new dependent.
+        ctx.lock(last.id)
+        if last.status is not JobStatus.COMPLETED:
+            incomplete.append(blocker_id)
+    job = Job(
+        id=new.id,
+        chain_id=chain_id,
+        type_name=new.type_name,
+        chain_type_name=new.chain_type_name,
+        chain_index=chain_index,
+        status=JobStatus.BLOCKED if incomplete else JobStatus.PENDING,
+        input=new.input,
+        created_at=now,
+        scheduled_at=new.schedule.resolve(now) if new.schedule is not None else now,
+        deduplication_key=new.deduplication.key if new.deduplication is not None else None,
+        trace_context=new.trace_context,
+        chain_trace_context=new.chain_trace_context,
+    )
+    ctx.put(job, blockers)
+    return JobCreated(job=job, incomplete_blocker_chain_ids=tuple(incomplete))
+
+
+# ---------------------------------------------------------------- locked reads
+
+
+def job_get_locked(ctx: Ctx, job_id: str) -> Job | None:
+    return ctx.locked_job(job_id)
+
+
+def chain_get_locked(ctx: Ctx, chain_id: str) -> Chain | None:
+    last = ctx.view.last_job(chain_id)
+    if last is None:
+        return None
+    ctx.lock(last.id)
+    return ctx.view.chain(chain_id)
+
+
+# ---------------------------------------------------------------- worker transitions
+
+
+def jobs_acquire(ctx: Ctx, params: JobsAcquire, now: datetime) -> JobsAcquired:
+    store = ctx.store
+    queues = [store.pending[name] for name in unique(params.type_names) if name in store.pending]
+    chosen: list[str] = []
+    has_more = False
+    for scheduled_at, _, job_id in heapq.merge(*queues):
+        if scheduled_at > now:
+            break
+        if ctx.locked_elsewhere(job_id):  # SKIP LOCKED
+            continue
+        if len(chosen) == params.limit:
+            has_more = True
+            break
+        chosen.append(job_id)
+    claimed: list[Job] = []
+    for job_id in chosen:  # mutate only after the walk: the queues are being iterated above
+        job = store.jobs[job_id]
+        running = replace(
+            job,
+            status=JobStatus.RUNNING,
+            attempt=job.attempt + 1,
+            lease_generation=job.lease_generation + 1,
+            leased_by=params.worker_id,
+            leased_until=now + params.lease_for,
+        )
+        claimed.append(ctx.put(running))
+    return JobsAcquired(jobs=claimed, has_more=has_more)
+
+
+def _open_job(ctx: Ctx, job_id: str) -> Job:
+    job = ctx.locked_job(job_id)
+    if job is None:
+        raise JobNotFoundError(job_id)
+    if job.status is JobStatus.COMPLETED:
+        raise JobAlreadyCompletedError(job_id)
+    return job
+
+
+def _owned_job(ctx: Ctx, job_id: str, worker_id: str | None, lease_generation: int | None) -> Job:
+    job = _open_job(ctx, job_id)
+    if worker_id is not None and (
+        job.status is not JobStatus.RUNNING
+        or job.leased_by != worker_id
+        or (lease_generation is not None and lease_generation != job.lease_generation)
+    ):
+        raise JobTakenByAnotherWorkerError(job_id, worker_id, job.leased_by)
+    return job
+
+
+def job_renew_lease(ctx: Ctx, params: JobRenewLease, now: datetime) -> Job:
+    job = _owned_job(ctx, params.job_id, params.worker_id, params.lease_generation)
+    return ctx.put(replace(job, leased_until=now + params.lease_for))
+
+
+def job_reschedule(ctx: Ctx, params: JobReschedule, now: datetime) -> Job:
+    job = _owned_job(ctx, params.job_id, params.worker_id, params.lease_generation)
+    rescheduled = replace(
+        job,
+        status=JobStatus.PENDING,
+        scheduled_at=params.schedule.resolve(now),
+        last_attempt_at=now,
+        last_attempt_error=params.error,
+        leased_by=None,
+        leased_until=None,
+    )
+    return ctx.put(rescheduled)
+
+
+def job_complete(ctx: Ctx, params: JobComplete, now: datetime) -> JobCompleted:
+    job = _owned_job(ctx, params.job_id, params.worker_id, params.lease_generation)
+    completed = replace(
+        job,
+        status=JobStatus.COMPLETED,
+        output=params.output,
+        completed_at=now,
+        completed_by=params.worker_id,
+        leased_by=None,
+        leased_until=None,
+        last_attempt_error=None,
+    )
+    ctx.put(completed)
+    chain_completed = ctx.view.chain_member(job.chain_id, job.chain_index + 1) is None
+    return JobCompleted(
+        job=completed,
+        chain_completed=chain_completed,
+        unblocked_jobs=_unblock(ctx, job.chain_id, now) if chain_completed else [],
+        previous_leased_by=job.leased_by,
+        was_running=job.status is JobStatus.RUNNING,
+    )
+
+
+def _unblock(ctx: Ctx, chain_id: str, now: datetime) -> list[Job]:
+    """Move the blocked dependents of a completed chain whose blockers are all complete to pending."""
+    candidates = [job for job in ctx.view.dependents(chain_id) if job.status is JobStatus.BLOCKED]
+    for job in candidates:
+        # Locked before deciding: two transactions completing this job's last two blockers
+        # concurrently are serialized here, so the second one sees the first one's commit.
+        ctx.lock(job.id)
+    unblocked: list[Job] = []
+    for job in candidates:
+        if all(_chain_done(ctx.view, blocker_id) for blocker_id in ctx.view.blockers(job.id)):
+            pending = replace(job, status=JobStatus.PENDING, scheduled_at=max(job.scheduled_at, now))
+            unblocked.append(ctx.put(pending))
+    unblocked.sort(key=created_key)
+    return unblocked
+
+
+def _chain_done(view: View, chain_id: str) -> bool:
+    last = view.last_job(chain_id)
+    return last is None or last.status is JobStatus.COMPLETED  # a vanished chain no longer blocks
+
+
+def jobs_reap_expired(ctx: Ctx, params: JobsReapExpired, now: datetime) -> list[Job]:
+    if not isinstance(params.limit, int) or params.limit < 1:
+        raise InvalidArgumentError(f"reap limit must be a positive integer, got {params.limit!r}")
+    store = ctx.store
+    excluded = set(params.exclude_job_ids)
+    leases = [store.running[name] for name in unique(params.type_names) if name in store.running]
+    chosen: list[str] = []
+    for leased_until, job_id in heapq.merge(*leases):
+        if leased_until >= now or len(chosen) == params.limit:
+            break
+        if job_id not in excluded and not ctx.locked_elsewhere(job_id):  # SKIP LOCKED
+            chosen.append(job_id)
+    return [
+        ctx.put(replace(store.jobs[job_id], status=JobStatus.PENDING, leased_by=None, leased_until=None))
+        for job_id in chosen
+    ]
+
+
+# ---------------------------------------------------------------- operator transitions
+
+
+def jobs_trigger(ctx: Ctx, params: JobsTrigger, now: datetime) -> JobsTriggered:
+    job_ids = unique(params.job_ids)
+    found = {job_id: job for job_id in job_ids if (job := ctx.locked_job(job_id)) is not None}
+    not_found = [job_id for job_id in job_ids if job_id not in found]
+    not_triggerable = [
+        (job_id, job.status.value) for job_id, job in found.items() if job.status is not JobStatus.PENDING
+    ]
+    if not_found or not_triggerable:
+        return JobsTriggered(not_found=not_found, not_triggerable=not_triggerable)
+    return JobsTriggered(triggered=[ctx.put(replace(found[job_id], scheduled_at=now)) for job_id in job_ids])
+
+
+def chains_delete(ctx: Ctx, params: ChainsDelete) -> ChainsDeleted:
+    view = ctx.view
+    members = {chain_id: view.chain_jobs(chain_id) for chain_id in unique(params.chain_ids)}
+    selected = [chain_id for chain_id, jobs in members.items() if jobs]
+    if params.cascade:
+        position = 0
+        while position < len(selected):  # grows while walking: breadth-first over blockers
+            for job in members[selected[position]]:
+                for blocker_id in view.blockers(job.id):
+                    if blocker_id not in members:
+                        members[blocker_id] = view.chain_jobs(blocker_id)
+                        if members[blocker_id]:
+                            selected.append(blocker_id)
+            position += 1
+    in_set = set(selected)
+    doomed = [job for chain_id in selected for job in members[chain_id]]
+    for job in doomed:
+        ctx.lock(job.id)  # also makes a concurrent blocked insert against these chains wait
+    references = [
+        BlockerReference(chain_id=chain_id, referenced_by_job_id=job.id)
+        for chain_id in selected
+        for job in sorted(view.dependents(chain_id), key=created_key)
+        if job.chain_id not in in_set
+    ]
+    if references:
+        return ChainsDeleted(chains=[], blocker_references=references)
+    for job in doomed:
+        ctx.store.put(ctx.tx, job.id, None)
+    return ChainsDeleted(
+        chains=[Chain(members[chain_id][0], members[chain_id][-1]) for chain_id in selected],
+        running_job_ids=[job.id for job in doomed if job.status is JobStatus.RUNNING],
+    )

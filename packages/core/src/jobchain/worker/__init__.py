@@ -1,0 +1,29 @@
+"""The worker: claims, leases, runs, retries and completes jobs."""
+
+from jobchain.worker.abort import AbortReason, AbortSignal, AttemptAbortedError
+from jobchain.worker.attempt import (
+    Attempt,
+    AttemptMisuseError,
+    Completed,
+    Continue,
+    HandlerDidNotCompleteError,
+)
+from jobchain.worker.backoff import Backoff, LeaseConfig
+from jobchain.worker.loop import Worker
+from jobchain.worker.processors import AttemptMiddleware, Processors
+
+__all__ = [
+    "AbortReason",
+    "AbortSignal",
+    "Attempt",
+    "AttemptAbortedError",
+    "AttemptMiddleware",
+    "AttemptMisuseError",
+    "Backoff",
+    "Completed",
+    "Continue",
+    "HandlerDidNotCompleteError",
+    "LeaseConfig",
+    "Processors",
+    "Worker",
+]

@@ -1,0 +1,61 @@
+"""The per-attempt abort signal: an asyncio-friendly cancellation token with a typed reason."""
+
+from __future__ import annotations
+
+import asyncio
+from enum import StrEnum
+
+from jobchain.errors import JobchainError
+
+
+class AbortReason(StrEnum):
+    """Why an attempt must stop."""
+
+    TAKEN_BY_ANOTHER_WORKER = "taken_by_another_worker"
+    NOT_FOUND = "not_found"
+    ALREADY_COMPLETED = "already_completed"
+    ERROR = "error"
+    SHUTDOWN = "shutdown"
+
+
+class AttemptAbortedError(JobchainError):
+    """The attempt was aborted; stop working on the job (the reason says why)."""
+
+    def __init__(self, reason: AbortReason) -> None:
+        self.reason = reason
+        super().__init__(f"attempt aborted: {reason.value}")
+
+
+class AbortSignal:
+    """Fires at most once with a reason. Handlers poll ``aborted`` or ``await wait()``."""
+
+    __slots__ = ("_event", "_reason")
+
+    def __init__(self) -> None:
+        self._event = asyncio.Event()
+        self._reason: AbortReason | None = None
+
+    @property
+    def aborted(self) -> bool:
+        return self._reason is not None
+
+    @property
+    def reason(self) -> AbortReason | None:
+        return self._reason
+
+    def abort(self, reason: AbortReason) -> None:
+        """Fire the signal; later calls keep the first reason."""
+        if self._reason is None:
+            self._reason = reason
+            self._event.set()
+
+    async def wait(self) -> AbortReason:
+        """Wait until the signal fires and return its reason."""
+        await self._event.wait()
+        assert self._reason is not None
+        return self._reason
+
+    def raise_if_aborted(self) -> None:
+        """Raise :class:`AttemptAbortedError` if the signal fired."""
+        if self._reason is not None:
+            raise AttemptAbortedError(self._reason)

@@ -1,0 +1,267 @@
+"""One attempt at one job: the handler's view (``Attempt``) and its processing modes.
+
+Atomic mode: prepare, handler and complete share one transaction, committed when the
+handler returns. Staged mode: prepare commits on its own, the handler runs outside any
+transaction while the lease is renewed, and complete runs in a new transaction. Calling
+``complete`` before the handler's first other await selects atomic mode; otherwise the
+worker sets up staged mode by itself.
+
+The attempt transaction stays open until the handler returns. Any exception (in prepare,
+between the phases, in complete, or after ``await attempt.complete(...)``) rolls the whole
+open transaction back, so the completion, continuation, unblocking and the user's own
+writes vanish together; the job is then rescheduled in a fresh transaction, which works
+even when the failed transaction was poisoned. User callbacks run in savepoints so that
+code which catches its own database errors can carry on.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable, Sequence
+from contextlib import AsyncExitStack
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Generic, Literal, TypeVar
+
+from jobchain.contracts import JobBlockersGet, JobGet
+from jobchain.entities import Chain, Job, JobStatus, Schedule
+from jobchain.errors import InvalidArgumentError, JobchainError
+from jobchain.worker.abort import AbortReason, AbortSignal, AttemptAbortedError
+from jobchain.worker.processors import run_wrapped
+
+if TYPE_CHECKING:
+    from jobchain.client import Client
+    from jobchain.job_types import JobType
+    from jobchain.transactions import Transaction
+    from jobchain.worker.processors import Processor
+
+I = TypeVar("I")  # noqa: E741 -- conventional input/output type variable names
+O = TypeVar("O")  # noqa: E741
+I2 = TypeVar("I2")
+Mode = Literal["atomic", "staged"]
+
+
+class AttemptMisuseError(JobchainError):
+    """The handler used its attempt wrongly (called a phase twice or out of order)."""
+
+
+class HandlerDidNotCompleteError(JobchainError):
+    """The handler returned without completing, continuing or raising; return attempt.complete(...)."""
+
+
+@dataclass(frozen=True, slots=True)
+class Completed:
+    """Returned by ``complete``/``continue_with``; the handler returns it."""
+
+    job: Job
+    continuation: Job | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Continue:
+    """What a synchronous handler returns to continue its chain instead of finishing it."""
+
+    job_type: JobType[Any, Any]
+    input: Any
+    schedule: Schedule | None = None
+    blockers: Sequence[Chain | str] = ()
+
+
+class Attempt(Generic[I, O]):
+    """What a handler receives: the job, its decoded input, the abort signal and the phases."""
+
+    def __init__(self, client: Client, processor: Processor, job: Job, worker_id: str) -> None:
+        self.job = job
+        self.worker_id = worker_id
+        self.signal = AbortSignal()
+        self.context: dict[str, Any] = {}
+        self.input: I = processor.job_type.decode_input(job.input)
+        self._client = client
+        self._processor = processor
+        self._mode: Mode | None = None
+        self._auto = False
+        self._prepared = False
+        self._completed: Completed | None = None
+        self._tx_stack: AsyncExitStack | None = None
+        self._tx: Transaction | None = None
+        self.on_staged: Callable[[], Awaitable[None]] | None = None
+
+    @property
+    def mode(self) -> Mode | None:
+        return self._mode
+
+    @property
+    def transaction(self) -> Transaction | None:
+        """The open attempt transaction (atomic mode, or during complete), else None."""
+        return self._tx
+
+    async def blockers(self) -> list[Chain]:
+        """The job's blocker chains in declaration order, completed, with their outputs."""
+        async with self._client.state.transaction(read_only=True) as tx:
+            return await tx.job_blockers_get(JobBlockersGet(job_id=self.job.id))
+
+    async def prepare(
+        self, mode: Mode = "staged", callback: Callable[[Transaction], Awaitable[Any]] | None = None
+    ) -> Any:
+        """Choose the processing mode and optionally run ``callback`` in a savepoint first."""
+        return await self._prepare(mode, callback, hold=True)
+
+    async def _prepare(
+        self, mode: Mode, callback: Callable[[Transaction], Awaitable[Any]] | None, *, hold: bool
+    ) -> Any:
+        if self._prepared:
+            reason = "after auto-setup" if self._auto else "twice"
+            raise AttemptMisuseError(f"prepare cannot be called {reason}")
+        if mode not in ("atomic", "staged"):
+            raise InvalidArgumentError(f"mode must be 'atomic' or 'staged', got {mode!r}")
+        self._prepared = True
+        self._mode = mode
+        result: Any = None
+        if mode == "atomic" or callback is not None:
+            await self._open_tx()
+            if mode == "atomic" and hold:
+                await self._hold_job()
+            if callback is not None:
+                result = await self._in_savepoint("wrap_prepare", callback)
+            else:
+                await self._wrap_prepare_without_callback()
+            if mode == "staged":
+                await self._commit_tx()
+        else:
+            # Staged without a callback opens no transaction; middleware still wraps the phase.
+            await self._wrap_prepare_without_callback()
+        if mode == "staged" and self.on_staged is not None:
+            await self.on_staged()
+        return result
+
+    async def auto_setup(self) -> None:
+        """Called by the worker when the handler awaited something before choosing a mode."""
+        if self._prepared:
+            return
+        self._auto = True
+        await self._prepare("staged", None, hold=False)
+
+    async def _wrap_prepare_without_callback(self) -> None:
+        if not self._processor.middleware:
+            return
+
+        async def nothing() -> None:
+            return None
+
+        await run_wrapped(self._processor.middleware, "wrap_prepare", self, nothing, self._tx)
+
+    async def complete(
+        self, output: O, *, callback: Callable[[Transaction], Awaitable[Any]] | None = None
+    ) -> Completed:
+        """Finish the job (and its chain, unless continued) with ``output``."""
+        return await self._finish(output, None, callback)
+
+    async def continue_with(
+        self,
+        job_type: JobType[I2, Any],
+        input: I2,
+        *,
+        schedule: Schedule | None = None,
+        blockers: Sequence[Chain | str] = (),
+        id: str | None = None,
+        callback: Callable[[Transaction], Awaitable[Any]] | None = None,
+    ) -> Completed:
+        """Finish this job by appending the next job of the chain."""
+        from jobchain.completion import ContinuationSpec
+
+        spec = ContinuationSpec(job_type=job_type, input=input, schedule=schedule, blockers=blockers, id=id)
+        return await self._finish(None, spec, callback)
+
+    async def _finish(
+        self, output: Any, continuation: Any, callback: Callable[[Transaction], Awaitable[Any]] | None
+    ) -> Completed:
+        if self._completed is not None:
+            raise AttemptMisuseError("complete/continue_with may be called only once per attempt")
+        if not self._prepared:
+            # complete before any other await: the whole attempt runs atomically. Nothing runs
+            # between here and job_complete, which locks and fences the row itself, so the
+            # separate hold-lock round trip is needed only when a callback runs first.
+            await self._prepare("atomic", None, hold=callback is not None)
+        self.signal.raise_if_aborted()
+        if self._tx is None:
+            await self._open_tx()
+        tx = self._tx
+        assert tx is not None
+
+        async def finish() -> Completed:
+            from jobchain.completion import finish_job
+
+            if callback is not None:
+                async with tx.savepoint() as savepoint:
+                    await callback(savepoint)
+            result = await finish_job(
+                tx,
+                self.job,
+                self._client.job_types,
+                worker_id=self.worker_id,
+                lease_generation=self.job.lease_generation,
+                output=output,
+                continuation=continuation,
+            )
+            return Completed(job=result.job, continuation=result.continuation)
+
+        completed: Completed = await run_wrapped(
+            self._processor.middleware, "wrap_complete", self, finish, tx
+        )
+        self._completed = completed
+        return completed
+
+    async def _in_savepoint(self, hook: str, callback: Callable[[Transaction], Awaitable[Any]]) -> Any:
+        assert self._tx is not None
+        async with self._tx.savepoint() as savepoint:
+
+            async def run() -> Any:
+                return await callback(savepoint)
+
+            return await run_wrapped(self._processor.middleware, hook, self, run, savepoint)
+
+    async def _hold_job(self) -> None:
+        """Atomic mode: lock the job's row until the attempt transaction ends.
+
+        Atomic attempts do not renew their claim's lease, so without the lock a reaper would
+        return a long atomic attempt to pending once the lease ran out and another worker
+        would run it again (and again). Reapers and claims skip locked rows.
+        """
+        assert self._tx is not None
+        current = await self._tx.state.job_get(JobGet(job_id=self.job.id, lock=True))
+        if current is None:
+            raise AttemptAbortedError(AbortReason.NOT_FOUND)
+        if current.status is JobStatus.COMPLETED:
+            raise AttemptAbortedError(AbortReason.ALREADY_COMPLETED)
+        if (
+            current.status is not JobStatus.RUNNING
+            or current.leased_by != self.worker_id
+            or current.lease_generation != self.job.lease_generation
+        ):
+            raise AttemptAbortedError(AbortReason.TAKEN_BY_ANOTHER_WORKER)
+
+    async def _open_tx(self) -> None:
+        self._tx_stack = AsyncExitStack()
+        self._tx = await self._tx_stack.enter_async_context(self._client.transaction())
+
+    async def _commit_tx(self) -> None:
+        stack, self._tx_stack, self._tx = self._tx_stack, None, None
+        if stack is not None:
+            await stack.aclose()
+
+    async def close_success(self) -> None:
+        """Commit the attempt transaction, if one is open (hooks then flush)."""
+        await self._commit_tx()
+
+    async def close_failure(self, error: BaseException) -> None:
+        """Roll back the open attempt transaction, if any; nothing it wrote survives."""
+        stack, self._tx_stack, self._tx = self._tx_stack, None, None
+        if stack is None:
+            return
+        try:
+            await stack.__aexit__(type(error), error, error.__traceback__)
+        except BaseException as raised:  # the transaction re-raises what it rolled back
+            if raised is not error:
+                raise
+
+    @property
+    def completed(self) -> Completed | None:
+        return self._completed

@@ -1,0 +1,149 @@
+"""Processor slices: which handler runs each job type, with its middleware and settings.
+
+Slices are declared in any module and merged when the worker is built; a type handled by
+two slices is an error at merge time, never a silent winner.
+"""
+
+from __future__ import annotations
+
+import inspect
+from collections.abc import Awaitable, Callable, Iterable, Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Protocol, TypeVar
+
+from jobchain.errors import DuplicateJobTypeError, InvalidArgumentError
+from jobchain.worker.backoff import Backoff, LeaseConfig
+
+if TYPE_CHECKING:
+    from jobchain.job_types import JobType
+    from jobchain.transactions import Transaction
+    from jobchain.worker.attempt import Attempt, Completed
+
+I = TypeVar("I")  # noqa: E741 -- conventional input/output type variable names
+O = TypeVar("O")  # noqa: E741
+
+AsyncHandler = Callable[["Attempt[Any, Any]"], Awaitable["Completed"]]
+SyncHandler = Callable[["Attempt[Any, Any]"], Any]
+Next = Callable[[], Awaitable[Any]]
+
+
+class AttemptMiddleware(Protocol):
+    """Wraps the phases of every attempt of a slice, first middleware outermost.
+
+    Implement any of ``wrap_handler``, ``wrap_prepare``, ``wrap_complete``; each receives the
+    attempt (whose ``context`` dict it may fill) and ``call_next``, which it must await once.
+    """
+
+
+@dataclass(frozen=True, slots=True)
+class Processor:
+    """One job type's handler and its settings (overriding the type's and the worker's)."""
+
+    job_type: JobType[Any, Any]
+    handler: Callable[..., Any]
+    is_async: bool
+    middleware: tuple[object, ...]
+    retry: Backoff | None = None
+    lease: LeaseConfig | None = None
+
+
+@dataclass
+class Processors:
+    """A slice of processors with the middleware that wraps all of its attempts."""
+
+    middleware: Sequence[object] = ()
+    _by_type: dict[str, Processor] = field(default_factory=dict)
+
+    def register(
+        self,
+        job_type: JobType[I, O],
+        handler: Callable[[Attempt[I, O]], Awaitable[Completed]] | Callable[[Attempt[I, O]], Any],
+        *,
+        retry: Backoff | None = None,
+        lease: LeaseConfig | None = None,
+    ) -> None:
+        """Handle ``job_type`` with ``handler`` (async: runs on the loop; sync: in a thread)."""
+        if job_type.name in self._by_type:
+            raise DuplicateJobTypeError([job_type.name])
+        if not callable(handler):
+            raise InvalidArgumentError(f"handler for {job_type.name!r} must be callable")
+        self._by_type[job_type.name] = Processor(
+            job_type=job_type,
+            handler=handler,
+            is_async=_is_async(handler),
+            middleware=tuple(self.middleware),
+            retry=retry,
+            lease=lease,
+        )
+
+    def handler(
+        self, job_type: JobType[I, O], *, retry: Backoff | None = None, lease: LeaseConfig | None = None
+    ) -> Callable[[Callable[[Attempt[I, O]], Any]], Callable[[Attempt[I, O]], Any]]:
+        """Decorator form of :meth:`register`."""
+
+        def decorate(fn: Callable[[Attempt[I, O]], Any]) -> Callable[[Attempt[I, O]], Any]:
+            self.register(job_type, fn, retry=retry, lease=lease)
+            return fn
+
+        return decorate
+
+    def processors(self) -> Iterable[Processor]:
+        return self._by_type.values()
+
+
+def _is_async(handler: Callable[..., Any]) -> bool:
+    """True for ``async def`` functions and for objects whose ``__call__`` is ``async def``."""
+    # An async callable object must run on the loop: in a thread it would only return an
+    # un-awaited coroutine, which then fails as the job's "output".
+    return inspect.iscoroutinefunction(handler) or inspect.iscoroutinefunction(type(handler).__call__)
+
+
+def merge_processors(slices: Sequence[Processors]) -> dict[str, Processor]:
+    """Merge slices; a type handled twice raises DuplicateJobTypeError naming it."""
+    merged: dict[str, Processor] = {}
+    duplicates: list[str] = []
+    for piece in slices:
+        for processor in piece.processors():
+            if processor.job_type.name in merged:
+                duplicates.append(processor.job_type.name)
+            merged[processor.job_type.name] = processor
+    if duplicates:
+        raise DuplicateJobTypeError(duplicates)
+    return merged
+
+
+def check_required_middleware(slices: Sequence[Processors], required: Sequence[object]) -> None:
+    """Each slice's middleware must contain ``required`` (by identity) as an in-order subsequence."""
+    if not required:
+        return
+    for index, piece in enumerate(slices):
+        remaining = iter(piece.middleware)
+        if not all(any(mw is need for mw in remaining) for need in required):
+            names = ", ".join(type(mw).__name__ for mw in required)
+            raise InvalidArgumentError(
+                f"processor slice #{index} lacks required middleware ({names}) in this order; "
+                "add them to Processors(middleware=[...])"
+            )
+
+
+async def run_wrapped(
+    middleware: Sequence[object], hook: str, attempt: Attempt[Any, Any], innermost: Next, *extra: Any
+) -> Any:
+    """Run ``innermost`` inside every middleware's ``hook`` (first middleware outermost)."""
+    call: Next = innermost
+    for mw in reversed(middleware):
+        wrap = getattr(mw, hook, None)
+        if wrap is None:
+            continue
+
+        def bind(wrap: Callable[..., Awaitable[Any]] = wrap, inner: Next = call) -> Next:
+            async def step() -> Any:
+                return await wrap(attempt, *extra, inner)
+
+            return step
+
+        call = bind()
+    return await call()
+
+
+TransactionCallback = Callable[["Transaction"], Awaitable[Any]]

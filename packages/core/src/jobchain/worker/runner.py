@@ -1,0 +1,292 @@
+"""Run one claimed job: invoke its handler, keep the lease alive, record success or failure."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import traceback
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import timedelta
+from typing import TYPE_CHECKING, Any
+
+from jobchain.contracts import JobGet, JobRenewLease, JobReschedule
+from jobchain.entities import Job, JobStatus, Schedule
+from jobchain.errors import (
+    JobAlreadyCompletedError,
+    JobNotFoundError,
+    JobTakenByAnotherWorkerError,
+    RescheduleJobError,
+)
+from jobchain.worker.abort import AbortReason, AttemptAbortedError
+from jobchain.worker.attempt import Attempt, Continue, HandlerDidNotCompleteError
+from jobchain.worker.backoff import Backoff, LeaseConfig
+from jobchain.worker.processors import run_wrapped
+
+if TYPE_CHECKING:
+    from jobchain.client import Client
+    from jobchain.contracts import Unsubscribe
+    from jobchain.worker.processors import Processor
+
+log = logging.getLogger("jobchain.worker")
+
+MAX_ERROR_LENGTH = 10_000
+
+_LOST = (JobNotFoundError, JobAlreadyCompletedError, JobTakenByAnotherWorkerError, AttemptAbortedError)
+
+
+def describe_error(error: BaseException) -> str:
+    """A readable, bounded record of an error for ``last_attempt_error``."""
+    text = "".join(traceback.format_exception(type(error), error, error.__traceback__)).strip()
+    if not text:
+        text = f"{type(error).__name__}: {error!r}"
+    return text if len(text) <= MAX_ERROR_LENGTH else text[: MAX_ERROR_LENGTH - 15] + "\n…(truncated)"
+
+
+def reason_for(job: Job | None, worker_id: str, lease_generation: int) -> AbortReason | None:
+    """Why this worker no longer owns ``job`` (None if it still does)."""
+    if job is None:
+        return AbortReason.NOT_FOUND
+    if job.status is JobStatus.COMPLETED:
+        return AbortReason.ALREADY_COMPLETED
+    if (
+        job.status is not JobStatus.RUNNING
+        or job.leased_by != worker_id
+        or job.lease_generation != lease_generation
+    ):
+        return AbortReason.TAKEN_BY_ANOTHER_WORKER
+    return None
+
+
+def reason_for_error(error: BaseException) -> AbortReason:
+    if isinstance(error, JobNotFoundError):
+        return AbortReason.NOT_FOUND
+    if isinstance(error, JobAlreadyCompletedError):
+        return AbortReason.ALREADY_COMPLETED
+    if isinstance(error, JobTakenByAnotherWorkerError):
+        return AbortReason.TAKEN_BY_ANOTHER_WORKER
+    if isinstance(error, AttemptAbortedError):
+        return error.reason
+    return AbortReason.ERROR
+
+
+@dataclass(frozen=True, slots=True)
+class AttemptSettings:
+    retry: Backoff
+    lease: LeaseConfig
+
+
+class AttemptRunner:
+    """Everything one attempt needs beyond the attempt object itself."""
+
+    def __init__(
+        self,
+        client: Client,
+        processor: Processor,
+        job: Job,
+        worker_id: str,
+        settings: AttemptSettings,
+        on_event: Callable[[str, Job, dict[str, Any]], None],
+    ) -> None:
+        self.client = client
+        self.processor = processor
+        self.job = job
+        self.worker_id = worker_id
+        self.settings = settings
+        self.on_event = on_event
+        self.attempt: Attempt[Any, Any] | None = None
+        self._renewal: asyncio.Task[None] | None = None
+        self._unsubscribe: Unsubscribe | None = None
+
+    async def run(self) -> None:
+        """Run the attempt to its end; never raises except on cancellation."""
+        self.on_event("job_attempt_started", self.job, {})
+        try:
+            attempt: Attempt[Any, Any] = Attempt(self.client, self.processor, self.job, self.worker_id)
+        except Exception as error:  # stored input no longer matches the type: retry later
+            await self._reschedule(error)
+            return
+        self.attempt = attempt
+        attempt.on_staged = self._start_staged
+        try:
+            await self._invoke(attempt)
+            if attempt.completed is None:
+                raise HandlerDidNotCompleteError()
+            await attempt.close_success()
+        except asyncio.CancelledError:
+            await attempt.close_failure(asyncio.CancelledError())
+            raise
+        except _LOST as error:
+            await attempt.close_failure(error)
+            reason = reason_for_error(error)
+            attempt.signal.abort(reason)
+            if reason is AbortReason.SHUTDOWN:
+                # The job is still ours: hand it back now rather than when the lease expires.
+                await self._reschedule(error)
+            else:
+                self.on_event("job_attempt_" + reason.value, self.job, {})
+        except BaseException as error:
+            await attempt.close_failure(error)
+            if isinstance(error, (KeyboardInterrupt, SystemExit)):
+                raise
+            await self._reschedule(error)
+        else:
+            self.on_event(
+                "job_attempt_completed", self.job, {"continued": attempt.completed.continuation is not None}
+            )
+        finally:
+            await self._stop_staged()
+
+    async def renew_then_run(self) -> None:
+        """For a job that waited in the worker's buffer: extend its lease first, then run it.
+
+        A job taken meanwhile (lease lost, deleted, completed) is dropped without running.
+        """
+        try:
+            async with self.client.state.transaction() as tx:
+                await tx.job_renew_lease(
+                    JobRenewLease(
+                        job_id=self.job.id,
+                        worker_id=self.worker_id,
+                        lease_for=self.settings.lease.duration,
+                        lease_generation=self.job.lease_generation,
+                    )
+                )
+        except _LOST as lost:
+            self.on_event("job_attempt_" + reason_for_error(lost).value, self.job, {})
+            return
+        except Exception:  # transient: the lease may still hold, and the attempt's writes are fenced
+            log.warning("could not renew buffered job %s before starting it", self.job.id, exc_info=True)
+        await self.run()
+
+    async def _invoke(self, attempt: Attempt[Any, Any]) -> None:
+        processor = self.processor
+        if not processor.is_async:
+            await attempt.auto_setup()
+
+            async def run_sync() -> Any:
+                result = await asyncio.to_thread(processor.handler, attempt)
+                if isinstance(result, Continue):
+                    return await attempt.continue_with(
+                        result.job_type, result.input, schedule=result.schedule, blockers=result.blockers
+                    )
+                return await attempt.complete(result)
+
+            await run_wrapped(processor.middleware, "wrap_handler", attempt, run_sync)
+            return
+
+        async def run_async() -> Any:
+            return await processor.handler(attempt)
+
+        task = asyncio.ensure_future(run_wrapped(processor.middleware, "wrap_handler", attempt, run_async))
+        # Let the handler run up to its first suspension: if it chose no mode by then
+        # (it awaited something other than prepare/complete), set up staged mode.
+        await asyncio.sleep(0)
+        if not task.done() and attempt.mode is None:
+            try:
+                await attempt.auto_setup()
+            except BaseException:
+                task.cancel()
+                raise
+        await task
+
+    async def _start_staged(self) -> None:
+        """Staged mode: keep the lease alive and listen for ownership loss."""
+        notify = self.client.notify
+        if notify is not None:
+            try:
+                self._unsubscribe = await notify.listen_job_ownership_lost(
+                    self.job.id, self._on_ownership_lost
+                )
+            except Exception:  # notifications are hints; renewal still detects the loss
+                log.warning("could not listen for ownership loss of job %s", self.job.id, exc_info=True)
+        self._renewal = asyncio.create_task(self._renew_forever())
+
+    async def _stop_staged(self) -> None:
+        renewal, self._renewal = self._renewal, None
+        if renewal is not None:
+            renewal.cancel()
+            await asyncio.gather(renewal, return_exceptions=True)
+        unsubscribe, self._unsubscribe = self._unsubscribe, None
+        if unsubscribe is not None:
+            try:
+                await unsubscribe()
+            except Exception:
+                log.debug("unsubscribe failed", exc_info=True)
+
+    def _on_ownership_lost(self, _job_id: str) -> None:
+        if self._renewal is not None and not self._renewal.done():
+            asyncio.get_running_loop().create_task(self._check_ownership())
+
+    async def _check_ownership(self) -> None:
+        attempt = self.attempt
+        if attempt is None or attempt.signal.aborted or attempt.completed is not None:
+            return
+        async with self.client.state.transaction(read_only=True) as tx:
+            current = await tx.job_get(JobGet(job_id=self.job.id))
+        reason = reason_for(current, self.worker_id, self.job.lease_generation)
+        if reason is not None and attempt.completed is None:
+            attempt.signal.abort(reason)
+
+    async def _renew_forever(self) -> None:
+        lease = self.settings.lease
+        attempt = self.attempt
+        assert attempt is not None
+        loop = asyncio.get_running_loop()
+        expires = loop.time() + lease.duration.total_seconds()
+        while not attempt.signal.aborted:
+            await asyncio.sleep(lease.renew_every.total_seconds())
+            try:
+                async with self.client.state.transaction() as tx:
+                    await tx.job_renew_lease(
+                        JobRenewLease(
+                            job_id=self.job.id,
+                            worker_id=self.worker_id,
+                            lease_for=lease.duration,
+                            lease_generation=self.job.lease_generation,
+                        )
+                    )
+                expires = loop.time() + lease.duration.total_seconds()
+                self.on_event("job_attempt_lease_renewed", self.job, {})
+            except _LOST as error:
+                attempt.signal.abort(reason_for_error(error))
+                return
+            except Exception:
+                # A transient failure: keep trying until the lease would have run out.
+                log.warning("lease renewal of job %s failed", self.job.id, exc_info=True)
+                if loop.time() >= expires:
+                    attempt.signal.abort(AbortReason.ERROR)
+                    return
+
+    async def _reschedule(self, error: BaseException) -> None:
+        if isinstance(error, RescheduleJobError):
+            schedule = (
+                error.schedule if isinstance(error.schedule, Schedule) else Schedule(after=timedelta(0))
+            )
+            message = error.cause or "rescheduled by the handler (no reason given)"
+        elif isinstance(error, AttemptAbortedError) and error.reason is AbortReason.SHUTDOWN:
+            schedule = Schedule(after=timedelta(0))
+            message = "released: the worker shut down before the attempt finished"
+        else:
+            schedule = Schedule(after=self.settings.retry.delay(self.job.attempt))
+            message = describe_error(error)
+        try:
+            async with self.client.transaction() as tx:
+                job = await tx.state.job_reschedule(
+                    JobReschedule(
+                        job_id=self.job.id,
+                        schedule=schedule,
+                        error=message,
+                        worker_id=self.worker_id,
+                        lease_generation=self.job.lease_generation,
+                    )
+                )
+                tx.hooks.job_scheduled(job.type_name)
+        except _LOST as lost:
+            self.on_event("job_attempt_" + reason_for_error(lost).value, self.job, {})
+            return
+        self.on_event(
+            "job_attempt_failed",
+            self.job,
+            {"error": f"{type(error).__name__}: {error}", "rescheduled_at": job.scheduled_at.isoformat()},
+        )

@@ -1,0 +1,96 @@
+"""Shutdown past the deadline fires the abort signal with reason shutdown; connect() defaults."""
+
+from __future__ import annotations
+
+import asyncio
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+import jobchain
+from jobchain import Client, JobStatus, JobTypes
+from jobchain.contracts import Event, Observer
+from jobchain.memory.notify import MemoryNotifyAdapter
+from jobchain.memory.state import MemoryStateAdapter
+from jobchain.plugins.hookspecs import hookimpl
+from jobchain.plugins.manager import get_plugin_manager
+from jobchain.worker import AbortReason, Attempt, Completed, Processors, Worker
+
+
+@dataclass
+class Item:
+    n: int
+
+
+types = JobTypes()
+slow = types.define("shutdown.slow", input=Item, output=None, entry=True)
+
+
+async def test_handler_past_the_shutdown_deadline_sees_reason_shutdown_and_its_job_is_released() -> None:
+    reasons: list[AbortReason] = []
+    started = asyncio.Event()
+    processors = Processors()
+
+    @processors.handler(slow)
+    async def handle(attempt: Attempt[Item, None]) -> Completed:
+        await attempt.prepare("staged")
+        started.set()
+        reasons.append(await attempt.signal.wait())
+        attempt.signal.raise_if_aborted()
+        raise AssertionError("unreachable")
+
+    client = Client(MemoryStateAdapter(), MemoryNotifyAdapter(), types)
+    worker = Worker(client, processors, poll_interval=0.05, shutdown_timeout=0.2)
+    await worker.start()
+    async with client.transaction() as tx:
+        started_chain = await client.start_chain(tx, slow, Item(n=1))
+    await asyncio.wait_for(started.wait(), 5)
+    await worker.stop()
+
+    assert reasons == [AbortReason.SHUTDOWN]
+    job = await client.get_job(started_chain.id)
+    assert job is not None
+    assert job.status is JobStatus.PENDING
+    assert job.leased_by is None
+
+
+async def test_connect_with_nothing_configured_migrates_the_embedded_default(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv("JOBCHAIN_STATE_URL", raising=False)
+    monkeypatch.delenv("JOBCHAIN_NOTIFY_URL", raising=False)
+    async with await jobchain.connect(job_types=types) as client:
+        async with client.transaction() as tx:
+            started = await client.start_chain(tx, slow, Item(n=2))
+        assert (await client.get_chain(started.id)) is not None
+    assert (tmp_path / "jobchain.db").exists()
+
+
+class Recorder:
+    def __init__(self) -> None:
+        self.names: list[str] = []
+
+    def on_event(self, event: Event) -> None:
+        self.names.append(event.name)
+
+
+async def test_connect_attaches_the_observers_that_plugins_provide() -> None:
+    recorder = Recorder()
+
+    class ObserverPlugin:
+        @hookimpl
+        def jobchain_observers(self) -> list[Observer]:
+            return [recorder]
+
+    pm = get_plugin_manager()
+    plugin = ObserverPlugin()
+    pm.register(plugin)
+    try:
+        async with await jobchain.connect("memory://", notify="none", job_types=types) as client:
+            async with client.transaction() as tx:
+                await client.start_chain(tx, slow, Item(n=3))
+    finally:
+        pm.unregister(plugin)
+    assert "chain_created" in recorder.names

@@ -1,0 +1,51 @@
+"""Client + worker over the Nats notify adapter, paired with the in-process and the SQLite state adapters.
+
+The integration suite runs through the pytest plugin exactly as a third party would.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import pytest
+
+from jobchain.contracts import NotifyAdapter, StateAdapter
+from jobchain.memory.state import MemoryStateAdapter, poison_memory_transaction
+from jobchain_conformance import IntegrationSuite
+from jobchain_conformance.suites._base import PoisonTransaction
+from jobchain_nats import NatsNotifyAdapter, NatsNotifyOptions
+from jobchain_sqlite import SqliteOptions, SqliteStateAdapter
+
+
+class _NatsNotify:
+    @pytest.fixture
+    async def notify_adapter(
+        self, nats_url: str, unique_prefix: str, kv_bucket: str
+    ) -> AsyncIterator[NotifyAdapter]:
+        adapter = await NatsNotifyAdapter.connect(
+            nats_url, options=NatsNotifyOptions(prefix=unique_prefix, kv_bucket=kv_bucket, kv_create=True)
+        )
+        yield adapter
+        await adapter.close()
+
+
+class TestNatsNotifyWithMemoryState(_NatsNotify, IntegrationSuite):
+    @pytest.fixture
+    async def state_adapter(self) -> AsyncIterator[StateAdapter]:
+        adapter = MemoryStateAdapter()
+        yield adapter
+        await adapter.close()
+
+    @pytest.fixture
+    def poison_transaction(self) -> PoisonTransaction | None:
+        return poison_memory_transaction
+
+
+class TestNatsNotifyWithSqliteState(_NatsNotify, IntegrationSuite):
+    @pytest.fixture
+    async def state_adapter(self, tmp_path: Path) -> AsyncIterator[StateAdapter]:
+        adapter = SqliteStateAdapter(SqliteOptions(path=str(tmp_path / "integration.db")))
+        await adapter.migrate()
+        yield adapter
+        await adapter.close()

@@ -1,0 +1,432 @@
+"""PostgresStateTx: the contract's operations, one statement (one round trip) each.
+
+Every operation validates its input in Python first (so bad input never reaches SQL and never
+poisons the transaction), sends exactly one named statement from ``sql/``, and maps the rows.
+The one exception is :meth:`job_complete` when its row is locked by another transaction (see
+``sql/job_complete.sql``): it then waits for the lock and runs again.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Mapping, Sequence
+from contextlib import AbstractAsyncContextManager, asynccontextmanager, suppress
+from datetime import datetime, timedelta
+from typing import Any
+
+from psycopg.pq import TransactionStatus
+
+from jobchain.contracts.state import (
+    ChainGet,
+    ChainsDelete,
+    ChainsDeleted,
+    JobBlockersGet,
+    JobComplete,
+    JobCompleted,
+    JobCreated,
+    JobGet,
+    JobNextAvailable,
+    JobRenewLease,
+    JobReschedule,
+    JobsAcquire,
+    JobsAcquired,
+    JobsCreate,
+    JobsReapExpired,
+    JobsTrigger,
+    JobsTriggered,
+)
+from jobchain.entities import Chain, Job
+from jobchain.errors import (
+    BlockerReference,
+    ChainNotFoundError,
+    InvalidArgumentError,
+    JobAlreadyCompletedError,
+    JobchainError,
+    JobNotFoundError,
+    JobTakenByAnotherWorkerError,
+    TransientStateError,
+)
+from jobchain_postgres._identifiers import savepoint_statements
+from jobchain_postgres._listings import ListingsMixin
+from jobchain_postgres.errors import translated
+from jobchain_postgres.providers import AnyConnection
+from jobchain_postgres.queries import Queries
+from jobchain_postgres.rows import Row, Shape, json_text, new_jobs_document, uuid_or_none, uuids
+
+__all__ = ["ATOMIC_CLAIM_ATTEMPTS", "PostgresStateTx"]
+
+ATOMIC_CLAIM_ATTEMPTS = 8
+"""Statements one atomic-update claim may send when concurrent claimers keep winning its candidates."""
+
+
+def _unique(values: Sequence[str]) -> list[str]:
+    return list(dict.fromkeys(values))
+
+
+def _check_now(now: datetime | None) -> datetime | None:
+    if now is not None and now.tzinfo is None:
+        raise InvalidArgumentError("now must be timezone-aware (use datetime.now(timezone.utc))")
+    return now
+
+
+class PostgresStateTx(ListingsMixin):
+    """One open transaction (or savepoint) of a PostgreSQL state adapter.
+
+    ``connection`` is the psycopg connection it runs on: your own SQL executed there commits or
+    rolls back together with the jobchain writes.
+    """
+
+    def __init__(
+        self,
+        connection: AnyConnection,
+        queries: Queries,
+        *,
+        atomic_claim: bool,
+        read_only: bool,
+        prepare: bool | None,
+    ) -> None:
+        self._conn = connection
+        self._q = queries
+        self._atomic_claim = atomic_claim
+        self._read_only = read_only
+        self._prepare = prepare
+        self._depth = 0
+        self._open = True
+
+    @property
+    def connection(self) -> AnyConnection:
+        """The psycopg connection of this transaction."""
+        return self._conn
+
+    @property
+    def read_only(self) -> bool:
+        return self._read_only
+
+    @property
+    def poisoned(self) -> bool:
+        """True after a failed statement, until a savepoint rolls back (PostgreSQL aborts the tx)."""
+        return self._conn.info.transaction_status == TransactionStatus.INERROR
+
+    def _end(self) -> None:
+        self._open = False
+
+    # ------------------------------------------------------------ plumbing
+
+    def _check(self, *, write: bool) -> None:
+        if not self._open:
+            raise InvalidArgumentError("this transaction has ended; use it only inside its async with block")
+        if write and self._read_only:
+            raise InvalidArgumentError(
+                "a read-only transaction cannot write or lock; open transaction() instead"
+            )
+
+    async def _rows(
+        self, query: bytes, params: Mapping[str, Any], *, write: bool, ids: Sequence[str] = ()
+    ) -> tuple[Shape, list[Row]]:
+        self._check(write=write)
+        with translated(ids=ids):
+            cursor = self._conn.cursor()
+            await cursor.execute(query, params, prepare=self._prepare)
+            rows = await cursor.fetchall()
+            return Shape(cursor.description), rows
+
+    def savepoint(self) -> AbstractAsyncContextManager[PostgresStateTx]:
+        """Nested unit of work: released on success, rolled back (and re-raised) on error.
+
+        A savepoint whose body leaves the transaction poisoned is rolled back and raises
+        TransientStateError; rolling back recovers the outer transaction.
+        """
+        return self._savepoint()
+
+    @asynccontextmanager
+    async def _savepoint(self) -> AsyncIterator[PostgresStateTx]:
+        self._check(write=False)
+        self._depth += 1
+        save, release, rollback = savepoint_statements(self._depth)
+        try:
+            with translated():
+                await self._conn.execute(save, prepare=False)
+            try:
+                yield self
+            except BaseException:
+                await self._quietly(rollback)
+                raise
+            if self.poisoned:
+                await self._quietly(rollback)
+                raise TransientStateError("a statement failed inside the savepoint; it was rolled back")
+            with translated():
+                await self._conn.execute(release, prepare=False)
+        finally:
+            self._depth -= 1
+
+    async def _quietly(self, statement: bytes) -> None:
+        # Rolling back must not hide the error that caused it; a dead connection fails the
+        # whole transaction anyway.
+        with suppress(Exception):
+            await self._conn.execute(statement, prepare=False)
+
+    # ------------------------------------------------------------ creation
+
+    async def jobs_create(self, params: JobsCreate) -> list[JobCreated]:
+        if not params.jobs:
+            self._check(write=True)
+            return []
+        document = new_jobs_document(params.jobs)
+        query_params = {"now": _check_now(params.now), "jobs": document}
+        ids = [job.id for job in params.jobs]
+        shape, rows = await self._rows(self._q.jobs_create, query_params, write=True, ids=ids)
+        problems = shape.scalar(rows[0], "_problems") if rows else None
+        if problems and any(p.startswith("stale:") for p in problems):
+            # A blocker chain changed under this statement (it waited for that chain's
+            # completion): decide again with a fresh snapshot. The blocker locks are held now.
+            shape, rows = await self._rows(self._q.jobs_create, query_params, write=True, ids=ids)
+            problems = shape.scalar(rows[0], "_problems") if rows else None
+        if problems:
+            missing = sorted(p for p in problems if not p.startswith("stale:"))
+            if not missing:
+                raise TransientStateError("a blocker chain kept changing while this job was created; retry")
+            raise ChainNotFoundError(missing[0].partition(":")[2])
+        results: list[JobCreated] = []
+        for row in rows:
+            deduplicated = bool(shape.scalar(row, "_deduplicated"))
+            incomplete = () if deduplicated else tuple(shape.scalar(row, "_incomplete") or ())
+            results.append(
+                JobCreated(
+                    job=shape.must_job(row),
+                    deduplicated=deduplicated,
+                    incomplete_blocker_chain_ids=incomplete,
+                )
+            )
+        return results
+
+    # ------------------------------------------------------------ reads
+
+    async def chain_get(self, params: ChainGet) -> Chain | None:
+        chain_id = uuid_or_none(params.chain_id)
+        self._check(write=params.lock)
+        if chain_id is None:
+            return None
+        query = self._q.chain_get_locked if params.lock else self._q.chain_get
+        shape, rows = await self._rows(query, {"chain_id": chain_id}, write=params.lock)
+        return _chain(shape, rows[0]) if rows else None
+
+    async def job_get(self, params: JobGet) -> Job | None:
+        job_id = uuid_or_none(params.job_id)
+        self._check(write=params.lock)
+        if job_id is None:
+            return None
+        query = self._q.job_get_locked if params.lock else self._q.job_get
+        shape, rows = await self._rows(query, {"job_id": job_id}, write=params.lock)
+        return shape.job(rows[0]) if rows else None
+
+    async def job_blockers_get(self, params: JobBlockersGet) -> list[Chain]:
+        job_id = uuid_or_none(params.job_id)
+        self._check(write=False)
+        if job_id is None:
+            return []
+        shape, rows = await self._rows(self._q.job_blockers_get, {"job_id": job_id}, write=False)
+        return [_chain(shape, row) for row in rows]
+
+    async def job_next_available(self, params: JobNextAvailable) -> timedelta | None:
+        type_names = _unique(params.type_names)
+        self._check(write=False)
+        if not type_names:
+            return None
+        query_params = {"type_names": type_names, "now": _check_now(params.now)}
+        _shape, rows = await self._rows(self._q.job_next_available, query_params, write=False)
+        value = rows[0][0] if rows else None
+        return value if isinstance(value, timedelta) else None
+
+    # ------------------------------------------------------------ worker transitions
+
+    async def jobs_acquire(self, params: JobsAcquire) -> JobsAcquired:
+        type_names = _unique(params.type_names)
+        self._check(write=True)
+        if not type_names:
+            return JobsAcquired(jobs=[], has_more=False)
+        query = self._q.jobs_acquire_atomic if self._atomic_claim else self._q.jobs_acquire
+        query_params: dict[str, Any] = {
+            "type_names": type_names,
+            "limit": params.limit,
+            "worker_id": params.worker_id,
+            "lease_for": params.lease_for,
+            "now": _check_now(params.now),
+        }
+        jobs: list[Job] = []
+        has_more = False
+        for _attempt in range(ATOMIC_CLAIM_ATTEMPTS):
+            shape, rows = await self._rows(query, query_params, write=True)
+            jobs.extend(job for row in rows if (job := shape.job(row)) is not None)
+            has_more = bool(rows) and bool(shape.scalar(rows[0], "_has_more"))
+            lost = int(shape.scalar(rows[0], "_lost")) if rows and "_lost" in shape.scalars else 0
+            # Atomic-update claims lose candidates to concurrent claimers instead of skipping
+            # them; claim the rest again with a fresh snapshot (never needed with SKIP LOCKED).
+            if lost == 0 or len(jobs) >= params.limit:
+                break
+            query_params["limit"] = params.limit - len(jobs)
+        jobs.sort(key=lambda j: (j.scheduled_at, j.created_at, j.id))
+        return JobsAcquired(jobs=jobs, has_more=has_more)
+
+    async def job_renew_lease(self, params: JobRenewLease) -> Job:
+        job_id = self._existing_id(params.job_id)
+        shape, rows = await self._rows(
+            self._q.job_renew_lease,
+            {
+                "job_id": job_id,
+                "worker_id": params.worker_id,
+                "lease_for": params.lease_for,
+                "lease_generation": params.lease_generation,
+                "now": _check_now(params.now),
+            },
+            write=True,
+        )
+        return _owned_result(shape, rows, params.job_id, params.worker_id)
+
+    async def job_reschedule(self, params: JobReschedule) -> Job:
+        job_id = self._existing_id(params.job_id)
+        shape, rows = await self._rows(
+            self._q.job_reschedule,
+            {
+                "job_id": job_id,
+                "worker_id": params.worker_id,
+                "lease_generation": params.lease_generation,
+                "scheduled_at": params.schedule.at,
+                "delay": params.schedule.after,
+                "error": params.error,
+                "now": _check_now(params.now),
+            },
+            write=True,
+        )
+        return _owned_result(shape, rows, params.job_id, params.worker_id)
+
+    async def job_complete(self, params: JobComplete) -> JobCompleted:
+        job_id = self._existing_id(params.job_id)
+        query_params = {
+            "job_id": job_id,
+            "worker_id": params.worker_id,
+            "lease_generation": params.lease_generation,
+            "output": json_text(params.output),
+            "now": _check_now(params.now),
+        }
+        shape, rows = await self._rows(self._q.job_complete, query_params, write=True)
+        if rows and shape.scalar(rows[0], "_busy"):
+            # Another transaction holds the row: wait for it, then decide with a fresh snapshot.
+            await self._rows(self._q.job_lock, {"job_id": job_id}, write=True)
+            shape, rows = await self._rows(self._q.job_complete, query_params, write=True)
+        target = next(row for row in rows if shape.scalar(row, "_kind") == "target")
+        job = _owned_result(shape, [target], params.job_id, params.worker_id)
+        status = shape.scalar(target, "_status")
+        unblocked = [shape.must_job(row) for row in rows if row is not target]
+        unblocked.sort(key=lambda j: (j.created_at, j.id))
+        return JobCompleted(
+            job=job,
+            chain_completed=bool(shape.scalar(target, "_chain_completed")),
+            unblocked_jobs=unblocked,
+            previous_leased_by=shape.scalar(target, "_leased_by"),
+            was_running=status == "running",
+        )
+
+    def _existing_id(self, job_id: str) -> str:
+        canonical = uuid_or_none(job_id)
+        self._check(write=True)
+        if canonical is None:
+            raise JobNotFoundError(job_id)
+        return canonical
+
+    async def jobs_reap_expired(self, params: JobsReapExpired) -> list[Job]:
+        if not isinstance(params.limit, int) or isinstance(params.limit, bool) or params.limit < 1:
+            raise InvalidArgumentError(f"reap limit must be a positive integer, got {params.limit!r}")
+        type_names = _unique(params.type_names)
+        self._check(write=True)
+        if not type_names:
+            return []
+        query = self._q.jobs_reap_expired_atomic if self._atomic_claim else self._q.jobs_reap_expired
+        shape, rows = await self._rows(
+            query,
+            {
+                "type_names": type_names,
+                "exclude_job_ids": uuids(params.exclude_job_ids),
+                "limit": params.limit,
+                "now": _check_now(params.now),
+            },
+            write=True,
+        )
+        reaped = [(shape.scalar(row, "_expired_at"), shape.must_job(row)) for row in rows]
+        reaped.sort(key=lambda pair: (pair[0], pair[1].id))  # oldest lease first, as claimed
+        return [job for _, job in reaped]
+
+    # ------------------------------------------------------------ operator transitions
+
+    async def jobs_trigger(self, params: JobsTrigger) -> JobsTriggered:
+        job_ids = _unique(params.job_ids)
+        self._check(write=True)
+        if not job_ids:
+            return JobsTriggered()
+        valid = [(job_id, uuid_or_none(job_id)) for job_id in job_ids]
+        canonical = [c for _, c in valid if c is not None]
+        shape, rows = await self._rows(
+            self._q.jobs_trigger,
+            {"job_ids": canonical, "refuse": len(canonical) < len(job_ids), "now": _check_now(params.now)},
+            write=True,
+        )
+        by_id = {shape.scalar(row, "_id"): row for row in rows}
+        not_found: list[str] = []
+        not_triggerable: list[tuple[str, str]] = []
+        triggered: list[Job] = []
+        for job_id, key in valid:
+            row = by_id.get(key) if key is not None else None
+            status = None if row is None else shape.scalar(row, "_status")
+            if status is None:
+                not_found.append(job_id)
+            elif status != "pending":
+                not_triggerable.append((job_id, status))
+            elif row is not None and (job := shape.job(row)) is not None:
+                triggered.append(job)
+        if not_found or not_triggerable:
+            return JobsTriggered(not_found=not_found, not_triggerable=not_triggerable)
+        return JobsTriggered(triggered=triggered)
+
+    async def chains_delete(self, params: ChainsDelete) -> ChainsDeleted:
+        requested = _unique(uuids(params.chain_ids))
+        self._check(write=True)
+        if not requested:
+            return ChainsDeleted(chains=[])
+        shape, rows = await self._rows(
+            self._q.chains_delete, {"chain_ids": requested, "cascade": bool(params.cascade)}, write=True
+        )
+        position = {chain_id: index for index, chain_id in enumerate(requested)}
+        last = len(requested)
+        head = rows[0]
+        references = shape.scalar(head, "_references")
+        if references:
+            refs = [BlockerReference(chain_id=c, referenced_by_job_id=j) for c, j in references]
+            refs.sort(
+                key=lambda r: position.get(r.chain_id, last)
+            )  # stable: dependents stay in created order
+            return ChainsDeleted(chains=[], blocker_references=refs)
+        chains = [_chain(shape, row) for row in rows if shape.job(row) is not None]
+        chains.sort(key=lambda c: (position.get(c.id, last), c.root.created_at, c.id))
+        return ChainsDeleted(chains=chains, running_job_ids=list(shape.scalar(head, "_running") or []))
+
+
+def _chain(shape: Shape, row: Row) -> Chain:
+    root, last = shape.must_job(row, 0), shape.must_job(row, 1)
+    # A lone root read under lock: the locked (fresher) row is authoritative for both halves.
+    return Chain(last, last) if root.id == last.id else Chain(root, last)
+
+
+def _owned_result(shape: Shape, rows: list[Row], job_id: str, worker_id: str | None) -> Job:
+    """The changed job, or the error its status and owner call for (the statement changed nothing)."""
+    if not rows:
+        raise JobNotFoundError(job_id)
+    row = rows[0]
+    job = shape.job(row)
+    if job is not None:
+        return job
+    status = shape.scalar(row, "_status")
+    if status is None:
+        raise JobNotFoundError(job_id)
+    if status == "completed":
+        raise JobAlreadyCompletedError(job_id)
+    if worker_id is None:  # pragma: no cover - a workerless change of an open job always applies
+        raise JobchainError(f"job {job_id} could not be changed (status {status})")
+    raise JobTakenByAnotherWorkerError(job_id, worker_id, shape.scalar(row, "_leased_by"))

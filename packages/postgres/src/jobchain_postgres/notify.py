@@ -1,0 +1,344 @@
+"""PostgresNotifyAdapter: jobchain notifications over PostgreSQL LISTEN/NOTIFY.
+
+Three channels under a configurable prefix (default ``jobchain``): ``{prefix}_sched`` (payload:
+job type name), ``{prefix}_chainc`` (chain id) and ``{prefix}_owls`` (job id). Publishing uses
+``pg_notify`` on a small publishing connection; listening uses one dedicated connection per
+adapter that multiplexes every listener (see :mod:`jobchain_postgres._listener`).
+
+There are no wake hints: every listening worker re-queries, which SKIP LOCKED makes cheap, so
+``consume_wake_hint`` always answers True and the adapter does not declare WAKE_HINTS.
+
+Delivery self-check: whenever the LISTEN connection (re)connects, a probe notification is sent
+on ``{prefix}_probe``. If it does not come back within ``probe_timeout`` (for example behind a
+transaction-pooling proxy that drops LISTEN), the adapter logs one warning and reports
+``degraded``; workers keep working by polling.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import uuid
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Final
+
+import psycopg
+
+from jobchain.contracts.capabilities import Capability
+from jobchain.contracts.notify import Listener, Unsubscribe
+from jobchain.url import BackendURL
+from jobchain_postgres._listener import ListenConnection
+from jobchain_postgres.errors import closed, translated, unreachable
+from jobchain_postgres.options import NotifyOptions, notify_options, parse_url, target
+from jobchain_postgres.queries import plain
+
+__all__ = ["PostgresNotifyAdapter", "open_notify_adapter"]
+
+log = logging.getLogger("jobchain_postgres.notify")
+
+SCHEDULED: Final = "sched"
+CHAIN_COMPLETED: Final = "chainc"
+OWNERSHIP_LOST: Final = "owls"
+PROBE: Final = "probe"
+
+
+@dataclass(eq=False)
+class _Subscription:
+    """One listen_* call: its listener under one or more keys of one channel."""
+
+    channel: str
+    keys: tuple[str, ...]
+    listener: Listener
+    active: bool = field(default=True)
+
+
+class PostgresNotifyAdapter:
+    """Notifications through LISTEN/NOTIFY; one listening connection multiplexes every listener.
+
+    Guarantees (suite: NotifyAdapterSuite): ``listen_*`` returns once LISTEN is live; a throwing
+    listener is logged and never reaches its peers or the publisher; the listening connection
+    reconnects (with backoff) after a drop; ``close()`` is idempotent and later calls raise
+    AdapterClosedError, except unsubscribes, which stay safe.
+    """
+
+    capabilities: frozenset[Capability] = frozenset()
+
+    def __init__(
+        self,
+        conninfo: str,
+        options: NotifyOptions | None = None,
+        *,
+        display: str = "postgresql",
+        listen_conninfo: str | None = None,
+    ) -> None:
+        """``conninfo`` is a libpq connection string. ``listen_conninfo`` sends the LISTEN
+        connection elsewhere, e.g. straight to PostgreSQL when publishing goes through a
+        transaction-pooling proxy (which cannot LISTEN)."""
+        self.options = options or NotifyOptions()
+        self._conninfo = conninfo
+        self._display = display
+        prefix = self.options.channel_prefix
+        self._channels = {
+            suffix: f"{prefix}_{suffix}" for suffix in (SCHEDULED, CHAIN_COMPLETED, OWNERSHIP_LOST)
+        }
+        self._probe_channel = f"{prefix}_{PROBE}"
+        self._suffix_of = {name: suffix for suffix, name in self._channels.items()}
+        self._subscriptions: dict[str, dict[str, list[_Subscription]]] = {s: {} for s in self._channels}
+        self._count = 0
+        self._changes = asyncio.Lock()  # serializes start/stop against subscribe/unsubscribe
+        self._listen = ListenConnection(
+            listen_conninfo or conninfo,
+            [*self._channels.values(), self._probe_channel],
+            self._dispatch,
+            on_connected=self._start_probe,
+            reconnect_initial=self.options.reconnect_initial,
+            reconnect_max=self.options.reconnect_max,
+        )
+        self._publisher: psycopg.AsyncConnection[object] | None = None
+        self._publish_lock = asyncio.Lock()
+        self._probe_token: str | None = None
+        self._probe_arrived = asyncio.Event()
+        self._probe_task: asyncio.Task[None] | None = None
+        self._degraded = False
+        self._warned = False
+        self._closed = False
+
+    def __repr__(self) -> str:
+        state = "closed" if self._closed else ("listening" if self._listen.running else "idle")
+        return f"<PostgresNotifyAdapter {self._display} channels {self.options.channel_prefix}_* ({state})>"
+
+    @classmethod
+    async def open(cls, url: BackendURL | str, options: NotifyOptions | None = None) -> PostgresNotifyAdapter:
+        """Check that the server accepts us, then return an adapter that connects lazily."""
+        parsed = parse_url(url)
+        resolved = notify_options(parsed, options)
+        where = target(parsed, resolved.connect_timeout)
+        try:
+            probe = await psycopg.AsyncConnection.connect(where.conninfo)
+            await probe.close()
+        except psycopg.Error as exc:
+            raise unreachable(exc, where.display) from None
+        return cls(where.conninfo, resolved, display=where.display)
+
+    # ------------------------------------------------------------ state
+
+    @property
+    def closed(self) -> bool:
+        return self._closed
+
+    @property
+    def degraded(self) -> bool:
+        """True when the delivery self-check failed: notifications do not arrive, workers poll."""
+        return self._degraded
+
+    @property
+    def listening(self) -> bool:
+        """True while the dedicated LISTEN connection is running (some listener is registered)."""
+        return self._listen.running
+
+    @property
+    def listen_backend_pid(self) -> int | None:
+        """Server process id of the LISTEN connection, e.g. for ``pg_terminate_backend`` in tests."""
+        return self._listen.backend_pid
+
+    @property
+    def reconnects(self) -> int:
+        return self._listen.reconnects
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise closed()
+
+    # ------------------------------------------------------------ publishing
+
+    async def publish_job_scheduled(self, type_name: str) -> None:
+        await self._publish(self._channels[SCHEDULED], type_name)
+
+    async def publish_chain_completed(self, chain_id: str) -> None:
+        await self._publish(self._channels[CHAIN_COMPLETED], chain_id)
+
+    async def publish_job_ownership_lost(self, job_id: str) -> None:
+        await self._publish(self._channels[OWNERSHIP_LOST], job_id)
+
+    async def _publish(self, channel: str, payload: str) -> None:
+        self._check_open()
+        async with self._publish_lock:
+            with translated():
+                try:
+                    await self._send(channel, payload)
+                except psycopg.OperationalError:
+                    # The publishing connection died (server restart, idle timeout): one retry
+                    # on a fresh connection.
+                    await self._drop_publisher()
+                    await self._send(channel, payload)
+
+    async def _send(self, channel: str, payload: str) -> None:
+        if self._publisher is None or self._publisher.closed:
+            self._publisher = await psycopg.AsyncConnection.connect(self._conninfo, autocommit=True)
+        await self._publisher.execute(plain("notify_publish"), {"channel": channel, "payload": payload})
+
+    async def _drop_publisher(self) -> None:
+        publisher, self._publisher = self._publisher, None
+        if publisher is not None:
+            with contextlib.suppress(Exception):
+                await publisher.close()
+
+    # ------------------------------------------------------------ listening
+
+    async def listen_job_scheduled(self, type_names: Sequence[str], listener: Listener) -> Unsubscribe:
+        return await self._subscribe(SCHEDULED, tuple(dict.fromkeys(type_names)), listener)
+
+    async def listen_chain_completed(self, chain_id: str, listener: Listener) -> Unsubscribe:
+        return await self._subscribe(CHAIN_COMPLETED, (chain_id,), listener)
+
+    async def listen_job_ownership_lost(self, job_id: str, listener: Listener) -> Unsubscribe:
+        return await self._subscribe(OWNERSHIP_LOST, (job_id,), listener)
+
+    async def _subscribe(self, channel: str, keys: tuple[str, ...], listener: Listener) -> Unsubscribe:
+        self._check_open()
+        subscription = _Subscription(channel, keys, listener)
+        async with self._changes:
+            self._check_open()
+            if not self._listen.running:
+                try:
+                    with translated():
+                        await self._listen.start()
+                except BaseException:
+                    await self._listen.stop()
+                    raise
+            by_key = self._subscriptions[channel]
+            for key in keys:
+                by_key.setdefault(key, []).append(subscription)
+            self._count += 1
+
+        async def unsubscribe() -> None:
+            await self._unsubscribe(subscription)
+
+        return unsubscribe
+
+    async def _unsubscribe(self, subscription: _Subscription) -> None:
+        async with self._changes:
+            if not subscription.active:
+                return
+            subscription.active = False
+            by_key = self._subscriptions[subscription.channel]
+            for key in subscription.keys:
+                entries = by_key.get(key, [])
+                with contextlib.suppress(ValueError):
+                    entries.remove(subscription)
+                if not entries:
+                    by_key.pop(key, None)
+            self._count -= 1
+            if self._count == 0:
+                await self._stop_listening()
+
+    async def _stop_listening(self) -> None:
+        if self._probe_task is not None:
+            self._probe_task.cancel()
+            self._probe_task = None
+        await self._listen.stop()
+
+    def _dispatch(self, channel: str, payload: str) -> None:
+        if channel == self._probe_channel:
+            if payload == self._probe_token:
+                self._probe_arrived.set()
+            return
+        suffix = self._suffix_of.get(channel)
+        if suffix is None:
+            return
+        for subscription in list(self._subscriptions[suffix].get(payload, ())):
+            if not subscription.active:
+                continue
+            try:
+                subscription.listener(payload)
+            except Exception:
+                log.exception(
+                    "jobchain notify listener failed on %s %r; other listeners still run", channel, payload
+                )
+
+    # ------------------------------------------------------------ delivery self-check
+
+    def _start_probe(self) -> None:
+        if self._probe_task is not None:
+            self._probe_task.cancel()
+        self._probe_task = asyncio.get_running_loop().create_task(
+            self._probe(), name="jobchain-postgres-probe"
+        )
+
+    async def _probe(self) -> None:
+        with contextlib.suppress(Exception):
+            await self.check_delivery()
+
+    async def check_delivery(self) -> bool:
+        """Send a probe notification and wait for it on the LISTEN connection (self-check).
+
+        Runs by itself whenever the LISTEN connection (re)connects. Returns False, logs one
+        warning per adapter and sets ``degraded`` when the probe does not arrive within
+        ``probe_timeout`` (workers then rely on polling); True clears ``degraded``.
+        """
+        self._check_open()
+        token = uuid.uuid4().hex
+        self._probe_token = token
+        self._probe_arrived.clear()
+        try:
+            await self._publish(self._probe_channel, token)
+            await asyncio.wait_for(self._probe_arrived.wait(), self.options.probe_timeout)
+        except Exception as error:
+            self._degraded = True
+            if not self._warned:
+                self._warned = True
+                log.warning(
+                    "jobchain LISTEN/NOTIFY self-check failed on %s (%s): notifications are not delivered, "
+                    "workers fall back to polling. A transaction-pooling proxy (PgBouncer in transaction "
+                    "mode) drops LISTEN; point the notify URL at PostgreSQL directly or use another "
+                    "notify backend.",
+                    self._display,
+                    f"no probe within {self.options.probe_timeout:g} s"
+                    if isinstance(error, TimeoutError)
+                    else error,
+                )
+            return False
+        self._degraded = False
+        return True
+
+    # ------------------------------------------------------------ wake hints (not tracked)
+
+    async def provide_wake_hint(self, type_name: str, count: int) -> None:
+        """No budget is tracked: every listener re-queries (SKIP LOCKED makes that cheap)."""
+        self._check_open()
+
+    async def consume_wake_hint(self, type_name: str) -> bool:
+        """Always True: without a tracked budget every woken worker looks for work."""
+        self._check_open()
+        return True
+
+    # ------------------------------------------------------------ lifecycle
+
+    async def close(self) -> None:
+        """Stop listening and close both connections. Idempotent."""
+        if self._closed:
+            return
+        self._closed = True
+        async with self._changes:
+            for by_key in self._subscriptions.values():
+                for entries in by_key.values():
+                    for subscription in entries:
+                        subscription.active = False
+                by_key.clear()
+            self._count = 0
+            await self._stop_listening()
+        async with self._publish_lock:
+            await self._drop_publisher()
+
+    async def __aenter__(self) -> PostgresNotifyAdapter:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close()
+
+
+async def open_notify_adapter(url: BackendURL) -> PostgresNotifyAdapter:
+    """Factory behind ``postgresql://`` and ``postgres://`` (notify role), named in ``plugin.py``."""
+    return await PostgresNotifyAdapter.open(url)

@@ -1,0 +1,172 @@
+"""Providers: where the state adapter gets a psycopg connection for its own transactions, and how it
+joins a caller's transaction.
+
+- :class:`PoolProvider`: a psycopg_pool ``AsyncConnectionPool`` (the adapter's own, from a URL, or
+  the caller's).
+- :class:`ConnectionProvider`: one caller-owned ``AsyncConnection``; transactions take turns.
+- :class:`SQLAlchemyProvider`: an SQLAlchemy ``AsyncEngine`` on ``postgresql+psycopg``.
+
+:func:`joined_connection` unwraps what ``transaction(connection=…)`` accepts: a psycopg
+``AsyncConnection`` or an SQLAlchemy ``AsyncConnection``/``AsyncSession`` (optional extra).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+from contextlib import AbstractAsyncContextManager, asynccontextmanager
+from typing import Any
+
+from psycopg import AsyncConnection
+from psycopg.pq import TransactionStatus
+from psycopg_pool import AsyncConnectionPool
+
+from jobchain.contracts.providers import StateProvider
+from jobchain.errors import InvalidArgumentError
+
+AnyConnection = AsyncConnection[Any]
+
+
+Provider = StateProvider[AnyConnection]
+"""What the adapter borrows connections from (core's provider contract over psycopg connections)."""
+
+
+class PoolProvider:
+    """Connections from a psycopg ``AsyncConnectionPool``; closes it only if ``owned``."""
+
+    def __init__(self, pool: AsyncConnectionPool[Any], *, owned: bool, label: str = "psycopg pool") -> None:
+        self.pool = pool
+        self.owned = owned
+        self.label = label
+
+    def connection(self) -> AbstractAsyncContextManager[AnyConnection]:
+        return self.pool.connection()
+
+    async def recover(self) -> None:
+        # A server restart kills every pooled connection at once: check the idle ones now
+        # instead of failing one transaction per dead connection.
+        await self.pool.check()
+
+    async def close(self) -> None:
+        if self.owned:
+            await self.pool.close()
+
+
+class ConnectionProvider:
+    """One caller-owned connection shared by every transaction, one at a time (never closed here)."""
+
+    def __init__(self, connection: AnyConnection) -> None:
+        self._connection = connection
+        self._lock = asyncio.Lock()
+        self.label = "psycopg connection"
+
+    @asynccontextmanager
+    async def connection(self) -> AsyncIterator[AnyConnection]:
+        async with self._lock:
+            yield self._connection
+
+    async def recover(self) -> None:
+        return None
+
+    async def close(self) -> None:
+        return None
+
+
+class SQLAlchemyProvider:
+    """Raw psycopg connections checked out of an SQLAlchemy ``AsyncEngine`` (never disposed here)."""
+
+    def __init__(self, engine: Any) -> None:
+        _require_psycopg_dialect(engine)
+        self._engine = engine
+        self.label = "SQLAlchemy engine"
+
+    @asynccontextmanager
+    async def connection(self) -> AsyncIterator[AnyConnection]:
+        async with self._engine.connect() as sa_connection:
+            raw = await sa_connection.get_raw_connection()
+            yield _driver_connection(raw)
+
+    async def recover(self) -> None:
+        return None  # SQLAlchemy's pool invalidates connections that raised a disconnect error
+
+    async def close(self) -> None:
+        return None
+
+
+def _is_sqlalchemy(obj: object) -> bool:
+    return type(obj).__module__.startswith("sqlalchemy.")
+
+
+def _require_psycopg_dialect(engine: Any) -> None:
+    sync_engine = getattr(engine, "sync_engine", None)
+    dialect = getattr(sync_engine, "dialect", None)
+    name = f"{getattr(dialect, 'name', '?')}+{getattr(dialect, 'driver', '?')}"
+    if name != "postgresql+psycopg":
+        raise InvalidArgumentError(
+            f"the SQLAlchemy engine uses {name}; jobchain-postgres needs postgresql+psycopg "
+            "(create_async_engine('postgresql+psycopg://…'))"
+        )
+
+
+def _driver_connection(raw: Any) -> AnyConnection:
+    driver = getattr(raw, "driver_connection", None)
+    if not isinstance(driver, AsyncConnection):
+        raise InvalidArgumentError(
+            f"the SQLAlchemy connection wraps {type(driver).__name__}, not a psycopg AsyncConnection; "
+            "use create_async_engine('postgresql+psycopg://…')"
+        )
+    return driver
+
+
+async def joined_connection(connection: object) -> AnyConnection:
+    """The psycopg connection behind what a caller passes to ``transaction(connection=…)``.
+
+    Accepts a psycopg ``AsyncConnection`` or an SQLAlchemy ``AsyncConnection``/``AsyncSession``
+    on ``postgresql+psycopg``. An autocommit psycopg connection must already be inside a
+    transaction (``async with conn.transaction():``), otherwise every statement would commit on
+    its own and the caller's commit would decide nothing.
+    """
+    if isinstance(connection, AsyncConnection):
+        if connection.autocommit and connection.info.transaction_status == TransactionStatus.IDLE:
+            raise InvalidArgumentError(
+                "the psycopg connection is in autocommit mode and not inside a transaction; "
+                "open one first (async with conn.transaction(): …) so your commit decides"
+            )
+        return connection
+    if _is_sqlalchemy(connection):
+        return await _sqlalchemy_connection(connection)
+    raise InvalidArgumentError(
+        f"cannot join a {type(connection).__name__}; pass a psycopg AsyncConnection or an SQLAlchemy "
+        "AsyncConnection/AsyncSession on postgresql+psycopg"
+    )
+
+
+async def _sqlalchemy_connection(obj: Any) -> AnyConnection:
+    from sqlalchemy.ext.asyncio import AsyncConnection as SAConnection
+    from sqlalchemy.ext.asyncio import AsyncSession
+
+    if isinstance(obj, AsyncSession):
+        # Begins the session's transaction if it has not begun, so its commit covers our writes.
+        obj = await obj.connection()
+    if not isinstance(obj, SAConnection):
+        raise InvalidArgumentError(
+            f"cannot join a {type(obj).__name__}; pass an SQLAlchemy AsyncConnection or AsyncSession"
+        )
+    _require_psycopg_dialect(obj)
+    if not obj.in_transaction():
+        raise InvalidArgumentError(
+            "the SQLAlchemy connection is not inside a transaction; use `async with engine.begin() as conn:` "
+            "(or a session) so your commit decides"
+        )
+    raw = await obj.get_raw_connection()
+    return _driver_connection(raw)
+
+
+__all__ = [
+    "AnyConnection",
+    "ConnectionProvider",
+    "PoolProvider",
+    "Provider",
+    "SQLAlchemyProvider",
+    "joined_connection",
+]

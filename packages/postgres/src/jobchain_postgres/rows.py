@@ -1,0 +1,194 @@
+"""Result rows → entities, and entities → statement parameters.
+
+Statements return scalar columns (names starting with ``_``) followed by one or more whole job
+rows (``j.*``). A job row starts at a column named ``id``; its columns are read by name, so a
+later migration that appends a column changes nothing here.
+"""
+
+from __future__ import annotations
+
+import json
+import uuid
+from collections.abc import Sequence
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+from psycopg import Column
+
+from jobchain.contracts.state import NewJob
+from jobchain.entities import Job, JobStatus, JsonValue, Schedule
+from jobchain.errors import InvalidArgumentError, InvalidJobIdError
+
+Row = tuple[Any, ...]
+
+_JOB_FIELDS = (
+    "id",
+    "chain_id",
+    "type_name",
+    "chain_type_name",
+    "chain_index",
+    "status",
+    "input",
+    "output",
+    "created_at",
+    "scheduled_at",
+    "attempt",
+    "last_attempt_at",
+    "last_attempt_error",
+    "leased_by",
+    "leased_until",
+    "lease_generation",
+    "completed_at",
+    "completed_by",
+    "deduplication_key",
+    "trace_context",
+    "chain_trace_context",
+)
+
+
+class Shape:
+    """Where the scalars and each job row sit in a result's columns."""
+
+    __slots__ = ("groups", "scalars")
+
+    def __init__(self, description: Sequence[Column] | None) -> None:
+        names = [column.name for column in description or ()]
+        self.scalars: dict[str, int] = {}
+        self.groups: list[dict[str, int]] = []
+        for position, name in enumerate(names):
+            if name == "id":
+                self.groups.append({})
+            if self.groups:
+                self.groups[-1].setdefault(name, position)
+            else:
+                self.scalars[name] = position
+
+    def scalar(self, row: Row, name: str) -> Any:
+        return row[self.scalars[name]]
+
+    def job(self, row: Row, group: int = 0) -> Job | None:
+        """The job in column group ``group`` of ``row`` (None when the group is all NULL)."""
+        at = self.groups[group]
+        if row[at["id"]] is None:
+            return None
+        get = {name: row[at[name]] for name in _JOB_FIELDS}
+        return Job(
+            id=str(get["id"]),
+            chain_id=str(get["chain_id"]),
+            type_name=get["type_name"],
+            chain_type_name=get["chain_type_name"],
+            chain_index=get["chain_index"],
+            status=JobStatus(get["status"]),
+            input=get["input"],
+            output=get["output"],
+            created_at=utc(get["created_at"]),
+            scheduled_at=utc(get["scheduled_at"]),
+            attempt=get["attempt"],
+            last_attempt_at=utc_or_none(get["last_attempt_at"]),
+            last_attempt_error=get["last_attempt_error"],
+            leased_by=get["leased_by"],
+            leased_until=utc_or_none(get["leased_until"]),
+            lease_generation=get["lease_generation"],
+            completed_at=utc_or_none(get["completed_at"]),
+            completed_by=get["completed_by"],
+            deduplication_key=get["deduplication_key"],
+            trace_context=get["trace_context"],
+            chain_trace_context=get["chain_trace_context"],
+        )
+
+    def must_job(self, row: Row, group: int = 0) -> Job:
+        job = self.job(row, group)
+        if job is None:  # pragma: no cover - the statements only call this on present rows
+            raise AssertionError("expected a job row")
+        return job
+
+
+def utc(value: datetime) -> datetime:
+    """``value`` in UTC (the session time zone may be anything on a caller's connection)."""
+    return value if value.tzinfo is UTC else value.astimezone(UTC)
+
+
+def utc_or_none(value: datetime | None) -> datetime | None:
+    return None if value is None else utc(value)
+
+
+def uuid_or_none(value: object) -> str | None:
+    """``value`` as a canonical UUID string, or None if it cannot be one (so it matches no row)."""
+    if not isinstance(value, str):
+        return None
+    try:
+        return str(uuid.UUID(value))
+    except ValueError:
+        return None
+
+
+def uuids(values: Sequence[str]) -> list[str]:
+    """The values that can be UUIDs, canonical, in order (the others match no row)."""
+    return [canonical for value in values if (canonical := uuid_or_none(value)) is not None]
+
+
+def job_uuid(value: object) -> str:
+    """A caller-supplied job or chain id; anything but a UUID is InvalidJobIdError before any SQL."""
+    canonical = uuid_or_none(value)
+    if canonical is None:
+        raise InvalidJobIdError(value)
+    return canonical
+
+
+def json_text(value: JsonValue) -> str:
+    """``value`` as JSON text for a ``::jsonb`` parameter."""
+    try:
+        return json.dumps(value, allow_nan=False, separators=(",", ":"))
+    except (TypeError, ValueError) as exc:
+        raise InvalidArgumentError(f"value is not JSON-serializable: {exc}") from None
+
+
+def schedule_params(schedule: Schedule) -> tuple[datetime | None, timedelta | None]:
+    """(absolute time, delay) for a statement that clamps the result to now."""
+    return schedule.at, schedule.after
+
+
+def new_jobs_document(jobs: Sequence[NewJob]) -> str:
+    """The batch of ``jobs_create`` as one JSON document (read with ``jsonb_to_recordset``)."""
+    items: list[dict[str, Any]] = []
+    for position, new in enumerate(jobs):
+        dedup = new.deduplication
+        schedule = new.schedule
+        items.append(
+            {
+                "ord": position,
+                "id": job_uuid(new.id),
+                "type_name": new.type_name,
+                "chain_type_name": new.chain_type_name,
+                "chain_id": None if new.chain_id is None else job_uuid(new.chain_id),
+                "chain_index": new.chain_index,
+                "input": new.input,
+                "dedup_key": None if dedup is None else dedup.key,
+                "dedup_scope": None if dedup is None else dedup.scope,
+                "dedup_window": None
+                if dedup is None or dedup.window is None
+                else dedup.window.total_seconds(),
+                "dedup_exclude": [] if dedup is None else uuids(list(dedup.exclude_chain_ids)),
+                "scheduled_at": None if schedule is None or schedule.at is None else schedule.at.isoformat(),
+                "delay": None
+                if schedule is None or schedule.after is None
+                else schedule.after.total_seconds(),
+                "blockers": [job_uuid(chain_id) for chain_id in new.blocker_chain_ids],
+                "trace_context": new.trace_context,
+                "chain_trace_context": new.chain_trace_context,
+            }
+        )
+    return json_text(items)
+
+
+__all__ = [
+    "Row",
+    "Shape",
+    "job_uuid",
+    "json_text",
+    "new_jobs_document",
+    "schedule_params",
+    "utc",
+    "uuid_or_none",
+    "uuids",
+]

@@ -1,0 +1,78 @@
+-- The jobchain schema as it stands after every migration in migrations/ (documentation, and the
+-- reference the test suite compares a migrated database with). Objects live in {schema}; table,
+-- type and index names carry the table prefix (default "jobchain_"). Build a database with
+-- `await adapter.migrate()` (or `jobchain migrate`), never from this file.
+
+CREATE SCHEMA IF NOT EXISTS {schema};
+
+-- Which migrations have been applied.
+CREATE TABLE {migration} (
+    name       text PRIMARY KEY,
+    applied_at timestamptz NOT NULL DEFAULT now()
+);
+
+CREATE TYPE {job_status} AS ENUM ('blocked', 'pending', 'running', 'completed');
+
+-- One row per job. A chain is its root job (chain_index 0, chain_id = id) plus continuations
+-- sharing chain_id with increasing chain_index. fillfactor 75 leaves room for HOT updates: a job
+-- is updated in place several times (pending → running → completed, lease renewals).
+CREATE TABLE {job} (
+    id                  uuid PRIMARY KEY,
+    chain_id            uuid NOT NULL REFERENCES {job} (id),
+    type_name           text NOT NULL,
+    chain_type_name     text NOT NULL,
+    chain_index         integer NOT NULL CHECK (chain_index >= 0),
+    status              {job_status} NOT NULL,
+    input               jsonb,
+    output              jsonb,
+    created_at          timestamptz NOT NULL,
+    scheduled_at        timestamptz NOT NULL,
+    attempt             integer NOT NULL DEFAULT 0,
+    last_attempt_at     timestamptz,
+    last_attempt_error  text,
+    leased_by           text,
+    leased_until        timestamptz,
+    lease_generation    bigint NOT NULL DEFAULT 0,   -- +1 per claim (fencing)
+    completed_at        timestamptz,
+    completed_by        text,                        -- NULL for a workerless completion
+    deduplication_key   text,
+    trace_context       jsonb,
+    chain_trace_context jsonb,
+    open_blocker_count  integer NOT NULL DEFAULT 0,  -- blocker chains not yet complete
+    CHECK ((chain_index = 0) = (id = chain_id))
+) WITH (
+    fillfactor = 75,
+    autovacuum_vacuum_scale_factor = 0.02,
+    autovacuum_analyze_scale_factor = 0.02,
+    autovacuum_vacuum_cost_delay = 0
+);
+
+-- The chains each job waits for, in declared order; kept after unblocking (job_blockers_get).
+CREATE TABLE {job_blocker} (
+    job_id              uuid NOT NULL REFERENCES {job} (id),
+    blocked_by_chain_id uuid NOT NULL REFERENCES {job} (id),
+    "index"             integer NOT NULL,
+    trace_context       jsonb,
+    PRIMARY KEY (job_id, blocked_by_chain_id)
+) WITH (autovacuum_vacuum_cost_delay = 0);
+
+-- jobs_acquire, job_next_available: pending jobs per type in claim order (no sort, stops at the limit).
+CREATE INDEX {job_acquisition_idx} ON {job} (type_name, scheduled_at, created_at, id)
+    WHERE status = 'pending';
+-- One job per chain position; the last job of a chain is a backward scan of it.
+CREATE UNIQUE INDEX {job_chain_index_idx} ON {job} (chain_id, chain_index);
+-- jobs_create deduplication: keyed roots, newest first.
+CREATE INDEX {job_deduplication_idx} ON {job} (deduplication_key, created_at DESC)
+    WHERE deduplication_key IS NOT NULL AND chain_index = 0;
+-- jobs_reap_expired: running jobs with a lease, oldest lease first.
+CREATE INDEX {job_expired_lease_idx} ON {job} (type_name, leased_until)
+    WHERE status = 'running' AND leased_until IS NOT NULL;
+-- job_complete (unblocking), blocked_jobs_list, chains_delete (references).
+CREATE INDEX {job_blocker_chain_idx} ON {job_blocker} (blocked_by_chain_id);
+-- chains_list and jobs_list, keyset on (created_at, id).
+CREATE INDEX {job_chain_listing_idx} ON {job} (created_at DESC, id DESC) WHERE chain_index = 0;
+CREATE INDEX {job_listing_idx} ON {job} (created_at DESC, id DESC);
+CREATE INDEX {job_listing_status_idx} ON {job} (status, created_at DESC, id DESC);
+CREATE INDEX {job_listing_type_name_idx} ON {job} (type_name, created_at DESC, id DESC);
+CREATE INDEX {job_chain_listing_type_name_idx} ON {job} (chain_type_name, created_at DESC, id DESC)
+    WHERE chain_index = 0;

@@ -1,0 +1,74 @@
+-- job_complete: complete a job, decide whether its chain completed (no continuation at
+-- chain_index + 1) and, if so, unblock the dependents whose last open blocker this was, in one
+-- statement. Refusals change nothing and report status and owner.
+-- Plan: primary key; job_chain_index_idx for the continuation check; job_blocker_chain_idx for
+-- the dependents. The target row is taken FOR UPDATE SKIP LOCKED: when another transaction holds
+-- it (for instance one inserting a job blocked by this chain, which holds it FOR KEY SHARE), the
+-- statement reports _busy and the adapter waits for the lock (job_lock) and runs this again
+-- with a fresh snapshot, so the dependent that transaction committed is seen and unblocked.
+-- Dependents are unblocked by decrementing open_blocker_count under their row lock, so several
+-- blocker chains completing concurrently always leave the count exact.
+WITH target AS (
+    SELECT j.id, j.chain_id, j.chain_index, j.status, j.leased_by, j.lease_generation
+    FROM {job} AS j
+    WHERE j.id = %(job_id)s
+    FOR UPDATE SKIP LOCKED
+),
+completed AS (
+    UPDATE {job} AS j
+    SET status = 'completed',
+        output = %(output)s::jsonb,
+        completed_at = COALESCE(%(now)s::timestamptz, statement_timestamp()),
+        completed_by = %(worker_id)s::text,
+        leased_by = NULL,
+        leased_until = NULL,
+        last_attempt_error = NULL
+    FROM target AS t
+    WHERE j.id = t.id
+      AND t.status <> 'completed'
+      AND (
+          %(worker_id)s::text IS NULL
+          OR (
+              t.status = 'running'
+              AND t.leased_by = %(worker_id)s::text
+              AND (%(lease_generation)s::bigint IS NULL OR t.lease_generation = %(lease_generation)s::bigint)
+          )
+      )
+    RETURNING j.*
+),
+chain_done AS (
+    SELECT c.chain_id
+    FROM completed AS c
+    WHERE NOT EXISTS (
+        SELECT 1 FROM {job} AS n WHERE n.chain_id = c.chain_id AND n.chain_index = c.chain_index + 1
+    )
+),
+unblocked AS (
+    UPDATE {job} AS d
+    SET open_blocker_count = d.open_blocker_count - 1,
+        status = CASE WHEN d.open_blocker_count <= 1 THEN 'pending' ELSE 'blocked' END::{job_status},
+        scheduled_at = CASE
+            WHEN d.open_blocker_count <= 1
+            THEN GREATEST(d.scheduled_at, COALESCE(%(now)s::timestamptz, statement_timestamp()))
+            ELSE d.scheduled_at
+        END
+    FROM {job_blocker} AS b, chain_done AS cd
+    WHERE b.blocked_by_chain_id = cd.chain_id
+      AND d.id = b.job_id
+      AND d.status = 'blocked'
+    RETURNING d.*
+)
+SELECT
+    'target' AS _kind,
+    t.status IS NULL AND EXISTS (SELECT 1 FROM {job} AS x WHERE x.id = %(job_id)s) AS _busy,
+    t.status::text AS _status,
+    t.leased_by AS _leased_by,
+    EXISTS (SELECT 1 FROM chain_done) AS _chain_completed,
+    completed.*
+FROM (SELECT 1) AS one
+LEFT JOIN target AS t ON true
+LEFT JOIN completed ON true
+UNION ALL
+SELECT 'unblocked', false, NULL, NULL, NULL, unblocked.*
+FROM unblocked
+WHERE unblocked.status = 'pending'

@@ -1,0 +1,40 @@
+-- job_reschedule: return a job to pending at its new time (never before now), recording the
+-- error and clearing the lease. With a worker id the caller must own the job; otherwise any job
+-- not completed qualifies. A refusal changes nothing and reports status and owner.
+-- Plan: primary key; FOR UPDATE, then a conditional update.
+WITH target AS (
+    SELECT j.id, j.status, j.leased_by, j.lease_generation
+    FROM {job} AS j
+    WHERE j.id = %(job_id)s
+    FOR UPDATE
+),
+rescheduled AS (
+    UPDATE {job} AS j
+    SET status = 'pending',
+        scheduled_at = GREATEST(
+            COALESCE(
+                %(scheduled_at)s::timestamptz,
+                COALESCE(%(now)s::timestamptz, statement_timestamp()) + %(delay)s::interval
+            ),
+            COALESCE(%(now)s::timestamptz, statement_timestamp())
+        ),
+        last_attempt_at = COALESCE(%(now)s::timestamptz, statement_timestamp()),
+        last_attempt_error = %(error)s::text,
+        leased_by = NULL,
+        leased_until = NULL
+    FROM target AS t
+    WHERE j.id = t.id
+      AND t.status <> 'completed'
+      AND (
+          %(worker_id)s::text IS NULL
+          OR (
+              t.status = 'running'
+              AND t.leased_by = %(worker_id)s::text
+              AND (%(lease_generation)s::bigint IS NULL OR t.lease_generation = %(lease_generation)s::bigint)
+          )
+      )
+    RETURNING j.*
+)
+SELECT t.status::text AS _status, t.leased_by AS _leased_by, rescheduled.*
+FROM target AS t
+LEFT JOIN rescheduled ON true

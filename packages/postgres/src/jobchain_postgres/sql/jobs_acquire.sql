@@ -1,0 +1,47 @@
+-- jobs_acquire: claim up to :limit eligible pending jobs, oldest scheduled_at first, and say
+-- whether more were waiting, in one statement.
+-- Plan: job_acquisition_idx, one ordered index scan per type (LATERAL); FOR UPDATE SKIP LOCKED,
+-- so concurrent claimers neither wait for nor share a row. Leaky: with several types a claim
+-- locks up to :limit rows per type until commit; those it does not claim stay pending and
+-- other claimers skip them until this transaction ends.
+WITH candidates AS (
+    SELECT c.id, c.scheduled_at, c.created_at
+    FROM unnest(%(type_names)s::text[]) AS t(type_name)
+    CROSS JOIN LATERAL (
+        SELECT j.id, j.scheduled_at, j.created_at
+        FROM {job} AS j
+        WHERE j.type_name = t.type_name
+          AND j.status = 'pending'
+          AND j.scheduled_at <= COALESCE(%(now)s::timestamptz, statement_timestamp())
+        -- type_name is fixed here; naming it lets the planner read the index in order (no sort).
+        ORDER BY j.type_name, j.scheduled_at, j.created_at, j.id
+        LIMIT %(limit)s
+        FOR UPDATE SKIP LOCKED
+    ) AS c
+),
+chosen AS (
+    SELECT candidates.id FROM candidates
+    ORDER BY candidates.scheduled_at, candidates.created_at, candidates.id
+    LIMIT %(limit)s
+),
+claimed AS (
+    UPDATE {job} AS j
+    SET status = 'running',
+        attempt = j.attempt + 1,
+        lease_generation = j.lease_generation + 1,
+        leased_by = %(worker_id)s,
+        leased_until = COALESCE(%(now)s::timestamptz, statement_timestamp()) + %(lease_for)s::interval
+    FROM chosen
+    WHERE j.id = chosen.id
+    RETURNING j.*
+)
+SELECT
+    (SELECT count(*) FROM claimed) = %(limit)s AND EXISTS (
+        SELECT 1 FROM {job} AS m
+        WHERE m.type_name = ANY (%(type_names)s::text[])
+          AND m.status = 'pending'
+          AND m.scheduled_at <= COALESCE(%(now)s::timestamptz, statement_timestamp())
+          AND m.id NOT IN (SELECT chosen.id FROM chosen)
+    ) AS _has_more,
+    claimed.*
+FROM claimed

@@ -1,0 +1,47 @@
+-- jobs_acquire_atomic: jobs_acquire for distributed SQL (claim="atomic-update"): no SKIP LOCKED.
+-- Plan: pick candidates without locks, then one UPDATE … FROM that re-checks the status, so a
+-- job another claimer won meanwhile is dropped (the caller may receive fewer jobs, never a
+-- shared one). _lost counts candidates another claimer won meanwhile; the adapter then claims
+-- again with a fresh snapshot (only under contention). job_acquisition_idx, one ordered index
+-- scan per type. Leaky on PostgreSQL: a claim waits for a transaction that holds a candidate row.
+WITH next AS (
+    SELECT c.id
+    FROM unnest(%(type_names)s::text[]) AS t(type_name)
+    CROSS JOIN LATERAL (
+        SELECT j.id, j.scheduled_at, j.created_at
+        FROM {job} AS j
+        WHERE j.type_name = t.type_name
+          AND j.status = 'pending'
+          AND j.scheduled_at <= COALESCE(%(now)s::timestamptz, statement_timestamp())
+        -- type_name is fixed here; naming it lets the planner read the index in order (no sort).
+        ORDER BY j.type_name, j.scheduled_at, j.created_at, j.id
+        LIMIT %(limit)s
+    ) AS c
+    ORDER BY c.scheduled_at, c.created_at, c.id
+    LIMIT %(limit)s
+),
+claimed AS (
+    UPDATE {job} AS j
+    SET status = 'running',
+        attempt = j.attempt + 1,
+        lease_generation = j.lease_generation + 1,
+        leased_by = %(worker_id)s,
+        leased_until = COALESCE(%(now)s::timestamptz, statement_timestamp()) + %(lease_for)s::interval
+    FROM next
+    WHERE j.id = next.id
+      AND j.status = 'pending'
+      AND j.scheduled_at <= COALESCE(%(now)s::timestamptz, statement_timestamp())
+    RETURNING j.*
+)
+SELECT
+    (SELECT count(*) FROM next) - (SELECT count(*) FROM claimed) AS _lost,
+    (SELECT count(*) FROM claimed) = %(limit)s AND EXISTS (
+        SELECT 1 FROM {job} AS m
+        WHERE m.type_name = ANY (%(type_names)s::text[])
+          AND m.status = 'pending'
+          AND m.scheduled_at <= COALESCE(%(now)s::timestamptz, statement_timestamp())
+          AND m.id NOT IN (SELECT next.id FROM next)
+    ) AS _has_more,
+    claimed.*
+FROM (SELECT 1) AS one
+LEFT JOIN claimed ON true

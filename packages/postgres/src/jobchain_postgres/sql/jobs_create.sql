@@ -1,0 +1,201 @@
+-- jobs_create: insert a batch of jobs in one statement: start-time deduplication (newest matching
+-- root of the same key and chain type; scope "incomplete" = the chain's LAST job is not completed;
+-- equal keys in the batch collapse onto the first), continuation conflicts on (chain_id,
+-- chain_index) answered with the existing row, blocker rows, and each job's initial status.
+-- A missing blocker chain or continued chain is reported in _problems and nothing is written.
+-- Plan: job_deduplication_idx per key; job_chain_index_idx for continuation conflicts and for each
+-- blocker chain's last job, read FOR KEY SHARE: that waits for a completion in flight (job_complete
+-- holds its row FOR UPDATE) and then sees it, and while held it sends a later job_complete of that
+-- job down its slow path, so either way the dependent is never stranded. KEY SHARE does not
+-- conflict with claims or other plain updates, so a running blocker never makes this wait.
+WITH
+clock AS (
+    SELECT COALESCE(%(now)s::timestamptz, statement_timestamp()) AS now
+),
+batch AS (
+    SELECT x.*
+    FROM jsonb_to_recordset(%(jobs)s::jsonb) AS x(
+        ord integer, id uuid, type_name text, chain_type_name text, chain_id uuid, chain_index integer,
+        input jsonb, dedup_key text, dedup_scope text, dedup_window double precision, dedup_exclude jsonb,
+        scheduled_at timestamptz, delay double precision, blockers jsonb,
+        trace_context jsonb, chain_trace_context jsonb
+    )
+),
+leaders AS (
+    -- The first deduplicating root of each (key, chain type) in the batch.
+    SELECT DISTINCT ON (i.dedup_key, i.chain_type_name)
+        i.ord, i.id, i.dedup_key, i.chain_type_name, i.dedup_scope, i.dedup_window, i.dedup_exclude
+    FROM batch AS i
+    WHERE i.chain_id IS NULL AND i.dedup_key IS NOT NULL
+    ORDER BY i.dedup_key, i.chain_type_name, i.ord
+),
+matches AS (
+    SELECT l.ord, m.id
+    FROM leaders AS l
+    CROSS JOIN clock
+    CROSS JOIN LATERAL (
+        SELECT r.id
+        FROM {job} AS r
+        WHERE r.deduplication_key = l.dedup_key
+          AND r.chain_index = 0
+          AND r.chain_type_name = l.chain_type_name
+          AND (l.dedup_window IS NULL OR r.created_at >= clock.now - make_interval(secs => l.dedup_window))
+          AND r.id <> ALL (ARRAY(SELECT e::uuid FROM jsonb_array_elements_text(l.dedup_exclude) AS e))
+          AND (
+              l.dedup_scope = 'any'
+              OR (SELECT c.status FROM {job} AS c WHERE c.chain_id = r.id ORDER BY c.chain_index DESC LIMIT 1)
+                 <> 'completed'
+          )
+        ORDER BY r.created_at DESC, r.id DESC
+        LIMIT 1
+    ) AS m
+),
+plan AS (
+    SELECT
+        i.*,
+        l.ord AS leader_ord,
+        l.id AS leader_id,
+        m.id AS match_id,
+        CASE WHEN i.chain_id IS NULL THEN i.ord
+             ELSE min(i.ord) OVER (PARTITION BY i.chain_id, i.chain_index) END AS slot_ord
+    FROM batch AS i
+    LEFT JOIN leaders AS l
+        ON i.chain_id IS NULL AND l.dedup_key = i.dedup_key AND l.chain_type_name = i.chain_type_name
+    LEFT JOIN matches AS m ON m.ord = l.ord
+),
+to_insert AS (
+    SELECT p.*
+    FROM plan AS p
+    WHERE (p.leader_ord IS NULL OR (p.leader_ord = p.ord AND p.match_id IS NULL))
+      AND p.slot_ord = p.ord
+),
+wanted_blockers AS (
+    -- Declared blocker chains of each job to insert; a repeated id keeps its first position.
+    SELECT DISTINCT ON (t.ord, b.chain_id::uuid)
+        t.ord, t.id AS job_id, b.chain_id::uuid AS chain_id, b.pos
+    FROM to_insert AS t
+    CROSS JOIN LATERAL jsonb_array_elements_text(t.blockers) WITH ORDINALITY AS b(chain_id, pos)
+    ORDER BY t.ord, b.chain_id::uuid, b.pos
+),
+blocker_state AS (
+    SELECT
+        d.chain_id,
+        last.id AS last_id,
+        last.status AS last_status,
+        last.xmin::text AS last_version,
+        EXISTS (SELECT 1 FROM to_insert AS t WHERE t.chain_id IS NULL AND t.id = d.chain_id) AS in_batch
+    FROM (SELECT DISTINCT w.chain_id FROM wanted_blockers AS w) AS d
+    LEFT JOIN LATERAL (
+        SELECT c.id, c.status, c.xmin
+        FROM {job} AS c
+        WHERE c.chain_id = d.chain_id
+        ORDER BY c.chain_index DESC
+        LIMIT 1
+        FOR KEY SHARE
+    ) AS last ON true
+),
+open_blockers AS (
+    SELECT
+        w.ord,
+        count(*) AS open_count,
+        array_agg(w.chain_id::text ORDER BY w.pos) AS chain_ids
+    FROM wanted_blockers AS w
+    JOIN blocker_state AS s ON s.chain_id = w.chain_id
+    WHERE s.in_batch OR s.last_status IS DISTINCT FROM 'completed'
+    GROUP BY w.ord
+),
+problems AS (
+    -- A blocker's last job changed after this statement's snapshot (the lock read above waited
+    -- for its completion): a continuation it committed may be invisible here, so write nothing
+    -- and let the adapter run the statement again with a fresh snapshot (the lock is kept).
+    SELECT 'stale:' || s.chain_id::text AS problem
+    FROM blocker_state AS s
+    JOIN {job} AS seen ON seen.id = s.last_id
+    WHERE seen.xmin::text <> s.last_version
+    UNION ALL
+    SELECT 'blocker_chain_not_found:' || s.chain_id::text
+    FROM blocker_state AS s
+    WHERE s.last_status IS NULL AND NOT s.in_batch
+    UNION ALL
+    SELECT 'chain_not_found:' || t.chain_id::text
+    FROM to_insert AS t
+    WHERE t.chain_id IS NOT NULL
+      AND NOT EXISTS (SELECT 1 FROM {job} AS r WHERE r.id = t.chain_id AND r.chain_index = 0)
+      AND NOT EXISTS (SELECT 1 FROM to_insert AS q WHERE q.chain_id IS NULL AND q.id = t.chain_id)
+),
+new_rows AS (
+    SELECT
+        t.ord, t.id, COALESCE(t.chain_id, t.id) AS chain_id, t.type_name, t.chain_type_name,
+        CASE WHEN t.chain_id IS NULL THEN 0 ELSE t.chain_index END AS chain_index,
+        CASE WHEN COALESCE(o.open_count, 0) > 0 THEN 'blocked' ELSE 'pending' END::{job_status} AS status,
+        t.input, clock.now AS created_at,
+        GREATEST(
+            COALESCE(t.scheduled_at, clock.now + make_interval(secs => COALESCE(t.delay, 0))),
+            clock.now
+        ) AS scheduled_at,
+        t.dedup_key, t.trace_context, t.chain_trace_context,
+        COALESCE(o.open_count, 0)::integer AS open_blocker_count
+    FROM to_insert AS t
+    CROSS JOIN clock
+    LEFT JOIN open_blockers AS o ON o.ord = t.ord
+    WHERE NOT EXISTS (SELECT 1 FROM problems)
+),
+new_roots AS (
+    INSERT INTO {job} (
+        id, chain_id, type_name, chain_type_name, chain_index, status, input, created_at, scheduled_at,
+        deduplication_key, trace_context, chain_trace_context, open_blocker_count
+    )
+    SELECT id, chain_id, type_name, chain_type_name, chain_index, status, input, created_at, scheduled_at,
+           dedup_key, trace_context, chain_trace_context, open_blocker_count
+    FROM new_rows
+    WHERE new_rows.chain_index = 0
+    ORDER BY new_rows.ord
+    RETURNING *, false AS existed
+),
+new_steps AS (
+    INSERT INTO {job} AS j (
+        id, chain_id, type_name, chain_type_name, chain_index, status, input, created_at, scheduled_at,
+        deduplication_key, trace_context, chain_trace_context, open_blocker_count
+    )
+    SELECT id, chain_id, type_name, chain_type_name, chain_index, status, input, created_at, scheduled_at,
+           dedup_key, trace_context, chain_trace_context, open_blocker_count
+    FROM new_rows
+    WHERE new_rows.chain_index > 0
+    ORDER BY new_rows.ord
+    -- The no-op update makes RETURNING yield the existing row even when a concurrent transaction
+    -- committed it after this statement's snapshot; xmax <> 0 tells it from a fresh insert.
+    ON CONFLICT (chain_id, chain_index) DO UPDATE SET chain_index = EXCLUDED.chain_index
+    RETURNING *, (j.xmax::text <> '0') AS existed
+),
+new_blockers AS (
+    INSERT INTO {job_blocker} (job_id, blocked_by_chain_id, "index")
+    SELECT w.job_id, w.chain_id, (w.pos - 1)::integer
+    FROM wanted_blockers AS w
+    WHERE w.job_id IN (
+        SELECT new_roots.id FROM new_roots
+        UNION ALL
+        SELECT new_steps.id FROM new_steps WHERE NOT new_steps.existed
+    )
+    RETURNING job_id
+)
+SELECT
+    p.ord AS _ord,
+    (SELECT array_agg(problems.problem) FROM problems) AS _problems,
+    (p.leader_ord IS NOT NULL AND (p.leader_ord <> p.ord OR p.match_id IS NOT NULL))
+        OR (p.chain_id IS NOT NULL AND (p.slot_ord <> p.ord OR COALESCE(found.existed, false))) AS _deduplicated,
+    o.chain_ids AS _incomplete,
+    (SELECT count(*) FROM new_blockers) AS _blockers,
+    found.*
+FROM plan AS p
+LEFT JOIN open_blockers AS o ON o.ord = p.ord
+LEFT JOIN LATERAL (
+    SELECT r.* FROM new_roots AS r
+    WHERE p.chain_id IS NULL AND p.match_id IS NULL AND r.id = COALESCE(p.leader_id, p.id)
+    UNION ALL
+    SELECT s.* FROM new_steps AS s
+    WHERE p.chain_id IS NOT NULL AND s.chain_id = p.chain_id AND s.chain_index = p.chain_index
+    UNION ALL
+    SELECT e.*, true FROM {job} AS e
+    WHERE p.match_id IS NOT NULL AND e.id = p.match_id
+) AS found ON true
+ORDER BY p.ord

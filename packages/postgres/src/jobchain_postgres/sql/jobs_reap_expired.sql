@@ -1,0 +1,28 @@
+-- jobs_reap_expired: return up to :limit running jobs whose lease expired to pending, oldest
+-- lease first, clearing the lease.
+-- Plan: job_expired_lease_idx, one ordered index scan per type (LATERAL); FOR UPDATE SKIP LOCKED
+-- so a job whose worker still holds its row (atomic processing) is never touched.
+WITH expired AS (
+    SELECT e.id, e.leased_until
+    FROM unnest(%(type_names)s::text[]) AS t(type_name)
+    CROSS JOIN LATERAL (
+        SELECT j.id, j.leased_until
+        FROM {job} AS j
+        WHERE j.type_name = t.type_name
+          AND j.status = 'running'
+          AND j.leased_until IS NOT NULL
+          AND j.leased_until < COALESCE(%(now)s::timestamptz, statement_timestamp())
+          AND j.id <> ALL (%(exclude_job_ids)s::uuid[])
+        ORDER BY j.type_name, j.leased_until, j.id
+        LIMIT %(limit)s
+        FOR UPDATE SKIP LOCKED
+    ) AS e
+),
+chosen AS (
+    SELECT expired.id, expired.leased_until FROM expired ORDER BY expired.leased_until, expired.id LIMIT %(limit)s
+)
+UPDATE {job} AS j
+SET status = 'pending', leased_by = NULL, leased_until = NULL
+FROM chosen
+WHERE j.id = chosen.id
+RETURNING chosen.leased_until AS _expired_at, j.*

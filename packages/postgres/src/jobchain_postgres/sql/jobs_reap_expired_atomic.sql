@@ -1,0 +1,27 @@
+-- jobs_reap_expired_atomic: jobs_reap_expired for distributed SQL (claim="atomic-update").
+-- Plan: candidates without locks, then UPDATE … FROM re-checking status and lease expiry, so a job
+-- completed or renewed meanwhile is left alone. job_expired_lease_idx per type.
+WITH chosen AS (
+    SELECT e.id, e.leased_until
+    FROM unnest(%(type_names)s::text[]) AS t(type_name)
+    CROSS JOIN LATERAL (
+        SELECT j.id, j.leased_until
+        FROM {job} AS j
+        WHERE j.type_name = t.type_name
+          AND j.status = 'running'
+          AND j.leased_until IS NOT NULL
+          AND j.leased_until < COALESCE(%(now)s::timestamptz, statement_timestamp())
+          AND j.id <> ALL (%(exclude_job_ids)s::uuid[])
+        ORDER BY j.type_name, j.leased_until, j.id
+        LIMIT %(limit)s
+    ) AS e
+    ORDER BY e.leased_until, e.id
+    LIMIT %(limit)s
+)
+UPDATE {job} AS j
+SET status = 'pending', leased_by = NULL, leased_until = NULL
+FROM chosen
+WHERE j.id = chosen.id
+  AND j.status = 'running'
+  AND j.leased_until < COALESCE(%(now)s::timestamptz, statement_timestamp())
+RETURNING chosen.leased_until AS _expired_at, j.*

@@ -1,0 +1,2 @@
+-- migration_record: note that a migration has been applied.
+INSERT INTO {migration} (name) VALUES (%(name)s)

@@ -1,0 +1,318 @@
+"""PostgresStateAdapter: the jobchain state contract on PostgreSQL (psycopg 3, async).
+
+Open it from a URL (its own connection pool) or over your own psycopg pool, psycopg
+connection or SQLAlchemy ``AsyncEngine``::
+
+    adapter = await PostgresStateAdapter.open("postgresql://app@db/app?schema=jobs")
+    await adapter.migrate()
+    async with adapter.transaction() as tx:
+        ...
+
+``transaction(connection=…)`` joins a transaction you already opened on a psycopg
+``AsyncConnection`` or an SQLAlchemy ``AsyncConnection``/``AsyncSession``: jobchain's writes
+then commit or roll back with yours.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import sys
+from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import AbstractAsyncContextManager, asynccontextmanager
+from datetime import timedelta
+from types import TracebackType
+from typing import Any
+
+import psycopg
+from psycopg.pq import TransactionStatus
+from psycopg_pool import AsyncConnectionPool
+
+from jobchain.contracts.capabilities import Capability
+from jobchain.errors import TransientStateError
+from jobchain.url import BackendURL
+from jobchain_postgres._tx import PostgresStateTx
+from jobchain_postgres.errors import closed, translated, unreachable
+from jobchain_postgres.migrate import apply_migrations
+from jobchain_postgres.options import StateOptions, parse_url, state_options, target
+from jobchain_postgres.providers import (
+    AnyConnection,
+    ConnectionProvider,
+    PoolProvider,
+    Provider,
+    SQLAlchemyProvider,
+    joined_connection,
+)
+from jobchain_postgres.queries import Queries
+
+__all__ = ["PostgresStateAdapter", "open_state_adapter"]
+
+
+class PostgresStateAdapter:
+    """The state contract on PostgreSQL: row locks, SKIP LOCKED claims, one statement per operation.
+
+    Guarantees (suite: StateAdapterSuite): every operation is one round trip (job_complete takes
+    three only when another transaction holds its row); a failed statement poisons the
+    transaction until a savepoint rolls back; read-only transactions never wait for writers.
+    """
+
+    capabilities: frozenset[Capability] = frozenset(
+        {
+            Capability.SAVEPOINTS,
+            Capability.POISONABLE_TRANSACTIONS,
+            Capability.CONCURRENT_TRANSACTIONS,
+            Capability.ROW_LOCKS,
+        }
+    )
+    time_precision: timedelta = timedelta(microseconds=1)
+
+    def __init__(self, provider: Provider, options: StateOptions | None = None) -> None:
+        self.options = options or StateOptions()
+        if self.options.claim == "atomic-update":
+            # Without SKIP LOCKED a claim waits for any open transaction holding a candidate row,
+            # so write transactions cannot claim side by side.
+            self.capabilities = self.capabilities - {Capability.CONCURRENT_TRANSACTIONS}
+        self._provider = provider
+        self._queries = Queries(self.options.schema, self.options.table_prefix)
+        self._prepare: bool | None = False if self.options.prepare_threshold is None else None
+        self._flushes: set[asyncio.Task[None]] = set()  # after-commit flushes still running
+        self._closed = False
+
+    def __repr__(self) -> str:
+        state = "closed" if self._closed else "open"
+        where = f"{self.options.schema}.{self.options.table_prefix}job"
+        return (
+            f"<PostgresStateAdapter {where} via {self._provider.label} ({state}, claim={self.options.claim})>"
+        )
+
+    # ------------------------------------------------------------ construction
+
+    @classmethod
+    async def open(cls, url: BackendURL | str, options: StateOptions | None = None) -> PostgresStateAdapter:
+        """Connect with an own connection pool; URL query keys override ``options``.
+
+        Raises BackendUnreachableError (refused, unknown host, bad password) before returning.
+        """
+        parsed = parse_url(url)
+        resolved = state_options(parsed, options)
+        where = target(parsed, resolved.connect_timeout)
+        try:
+            # One direct connection first: its error says *why* (refused, password…), a pool's does not.
+            probe = await psycopg.AsyncConnection.connect(where.conninfo)
+            await probe.close()
+        except psycopg.Error as exc:
+            raise unreachable(exc, where.display) from None
+        pool: AsyncConnectionPool[AnyConnection] = AsyncConnectionPool(
+            where.conninfo,
+            min_size=resolved.pool_min_size,
+            max_size=resolved.pool_max_size,
+            kwargs={"autocommit": True, "prepare_threshold": resolved.prepare_threshold},
+            timeout=resolved.connect_timeout,
+            open=False,
+            name=f"jobchain-{resolved.schema}",
+        )
+        await pool.open(wait=False)
+        return cls(PoolProvider(pool, owned=True, label=where.display), resolved)
+
+    @classmethod
+    def from_pool(
+        cls, pool: AsyncConnectionPool[Any], options: StateOptions | None = None
+    ) -> PostgresStateAdapter:
+        """Use your psycopg ``AsyncConnectionPool`` (opened by you, never closed by the adapter)."""
+        return cls(PoolProvider(pool, owned=False), options)
+
+    @classmethod
+    def from_connection(
+        cls, connection: AnyConnection, options: StateOptions | None = None
+    ) -> PostgresStateAdapter:
+        """Use one psycopg ``AsyncConnection`` of yours; the adapter's transactions take turns on it."""
+        return cls(ConnectionProvider(connection), options)
+
+    @classmethod
+    def from_sqlalchemy(cls, engine: Any, options: StateOptions | None = None) -> PostgresStateAdapter:
+        """Use an SQLAlchemy ``AsyncEngine`` on ``postgresql+psycopg`` (extra ``[sqlalchemy]``)."""
+        return cls(SQLAlchemyProvider(engine), options)
+
+    # ------------------------------------------------------------ transactions
+
+    def transaction(
+        self, *, read_only: bool = False, connection: object | None = None
+    ) -> AbstractAsyncContextManager[PostgresStateTx]:
+        """Open a transaction (committed on success, rolled back and re-raised on error), or join yours.
+
+        With ``connection`` the adapter runs its statements inside your open transaction and
+        neither commits nor rolls back: your commit decides. A transaction left poisoned by a
+        failed statement is rolled back and raises TransientStateError.
+        """
+        if self._closed:
+            raise closed()
+        if connection is not None:
+            return self._joined(connection, read_only)
+        return self._own(read_only)
+
+    def _tx(self, connection: AnyConnection, read_only: bool) -> PostgresStateTx:
+        return PostgresStateTx(
+            connection,
+            self._queries,
+            atomic_claim=self.options.claim == "atomic-update",
+            read_only=read_only,
+            prepare=self._prepare,
+        )
+
+    @asynccontextmanager
+    async def _checkout(self) -> AsyncIterator[AnyConnection]:
+        """A connection from the provider; a pool timeout or refused connection is translated."""
+        manager = self._provider.connection()
+        with translated():
+            connection = await manager.__aenter__()
+        done = False
+        try:
+            yield connection
+            done = True
+        finally:
+            if done:
+                await manager.__aexit__(None, None, None)
+            else:
+                await manager.__aexit__(*sys.exc_info())
+
+    @asynccontextmanager
+    async def _own(self, read_only: bool) -> AsyncIterator[PostgresStateTx]:
+        async with contextlib.AsyncExitStack() as stack:
+            connection = await self._begin(stack, read_only)
+            tx = self._tx(connection, read_only)
+            try:
+                yield tx
+                if tx.poisoned:
+                    raise TransientStateError("a statement failed in this transaction; it was rolled back")
+            finally:
+                tx._end()
+
+    async def _begin(self, stack: contextlib.AsyncExitStack, read_only: bool) -> AnyConnection:
+        """Check out a connection and BEGIN on it (rolled back or committed when ``stack`` exits).
+
+        A pooled connection the server dropped (restart, idle timeout, pg_terminate_backend) is
+        only discovered when used: if BEGIN fails, the pool drops its dead idle connections and
+        BEGIN is tried once more. Nothing has happened yet, so that is safe.
+        """
+        for attempt in (1, 2):
+            inner = contextlib.AsyncExitStack()
+            connection: AnyConnection | None = None
+            try:
+                connection = await inner.enter_async_context(self._checkout())
+                if read_only:
+                    await connection.set_read_only(True)
+                    inner.push_async_callback(_reset_read_only, connection)
+                await inner.enter_async_context(_Transaction(connection))
+            except TransientStateError as error:
+                await inner.__aexit__(type(error), error, error.__traceback__)
+                if attempt == 2:
+                    raise
+                with translated():
+                    await self._provider.recover()
+                continue
+            except BaseException as error:
+                await inner.__aexit__(type(error), error, error.__traceback__)
+                raise
+            await stack.enter_async_context(inner)
+            return connection
+        raise AssertionError("unreachable")  # pragma: no cover
+
+    @asynccontextmanager
+    async def _joined(self, connection: object, read_only: bool) -> AsyncIterator[PostgresStateTx]:
+        raw = await joined_connection(connection)
+        tx = self._tx(raw, read_only)
+        try:
+            yield tx
+        finally:
+            tx._end()
+
+    def after_commit(
+        self, connection: object, on_commit: Callable[[], Awaitable[None]], on_rollback: Callable[[], None]
+    ) -> bool:
+        """Flush side effects after a joined SQLAlchemy ``AsyncSession``/``AsyncConnection`` commits
+        (dropped on rollback).
+
+        Returns False for a psycopg connection: it reports no commit, so call
+        ``await tx.flush()`` after committing.
+        """
+        from jobchain.integrations.sqlalchemy_commits import observe_sqlalchemy_commit
+
+        return observe_sqlalchemy_commit(connection, on_commit, on_rollback, self._flushes)
+
+    # ------------------------------------------------------------ lifecycle
+
+    async def migrate(self) -> None:
+        """Create or upgrade the schema; idempotent and safe when several processes start at once."""
+        if self._closed:
+            raise closed()
+        async with self._checkout() as connection:
+            await apply_migrations(connection, self.options.schema, self.options.table_prefix)
+
+    async def vacuum(self) -> None:
+        """VACUUM (ANALYZE) both job tables now; reads and writes continue meanwhile."""
+        if self._closed:
+            raise closed()
+        async with self._checkout() as connection:
+            if connection.info.transaction_status != TransactionStatus.IDLE:
+                await connection.rollback()
+            autocommit = connection.autocommit
+            with translated():
+                await connection.set_autocommit(True)
+                try:
+                    await connection.execute(self._queries.vacuum, prepare=False)
+                finally:
+                    await connection.set_autocommit(autocommit)
+
+    async def close(self) -> None:
+        """Refuse new transactions and close the adapter's own pool. Idempotent."""
+        if self._closed:
+            return
+        self._closed = True
+        if self._flushes:  # notifications of joined transactions that committed just now
+            await asyncio.gather(*self._flushes, return_exceptions=True)
+        await self._provider.close()
+
+    async def __aenter__(self) -> PostgresStateAdapter:
+        return self
+
+    async def __aexit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        await self.close()
+
+
+async def _reset_read_only(connection: AnyConnection) -> None:
+    if not connection.closed:
+        await connection.set_read_only(False)
+
+
+class _Transaction:
+    """psycopg's transaction block with its BEGIN and COMMIT errors translated.
+
+    Errors from the body are left as they are; when the body fails, a failing ROLLBACK (the
+    connection is gone) never hides the body's error.
+    """
+
+    def __init__(self, connection: AnyConnection) -> None:
+        self._block = connection.transaction()
+
+    async def __aenter__(self) -> None:
+        with translated():
+            await self._block.__aenter__()
+
+    async def __aexit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> bool:
+        if exc is None:
+            with translated():
+                await self._block.__aexit__(None, None, None)
+            return False
+        # A failing ROLLBACK means the connection broke; the pool discards it and the body's error wins.
+        with contextlib.suppress(psycopg.Error):
+            await self._block.__aexit__(exc_type, exc, tb)
+        return False
+
+
+async def open_state_adapter(url: BackendURL) -> PostgresStateAdapter:
+    """Factory behind ``postgresql://`` and ``postgres://`` (state role), named in ``plugin.py``."""
+    return await PostgresStateAdapter.open(url)

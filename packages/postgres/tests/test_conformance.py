@@ -1,0 +1,55 @@
+"""The PostgreSQL adapters through the conformance suites, exactly as a third-party backend would.
+
+The state suite runs in both claim modes: ``skip-locked`` (FOR UPDATE SKIP LOCKED) and
+``atomic-update`` (the distributed-SQL claim). Each test gets its own schema and channel prefix.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import AsyncIterator
+from typing import ClassVar
+
+import psycopg
+import pytest
+
+from jobchain.contracts import NotifyAdapter, StateAdapter, StateTx
+from jobchain_conformance import NotifyAdapterSuite, StateAdapterSuite
+from jobchain_postgres import NotifyOptions, PostgresNotifyAdapter
+from jobchain_postgres._tx import PostgresStateTx
+from jobchain_postgres.options import Claim
+
+from .conftest import open_state
+
+
+async def poison(tx: StateTx) -> None:
+    """Make ``tx`` fail every later statement until a savepoint rolls back (PostgreSQL semantics)."""
+    assert isinstance(tx, PostgresStateTx)
+    with contextlib.suppress(psycopg.errors.DivisionByZero):
+        await tx.connection.execute("SELECT 1 / 0")
+
+
+class TestPostgresState(StateAdapterSuite):
+    claim: ClassVar[Claim] = "skip-locked"
+
+    @pytest.fixture
+    async def state_adapter(self, postgres_url: str, schema_name: str) -> AsyncIterator[StateAdapter]:
+        adapter = await open_state(postgres_url, schema_name, self.claim)
+        yield adapter
+        await adapter.close()
+
+    @pytest.fixture
+    def poison_transaction(self) -> object:
+        return poison
+
+
+class TestPostgresStateAtomicClaim(TestPostgresState):
+    claim: ClassVar[Claim] = "atomic-update"
+
+
+class TestPostgresNotify(NotifyAdapterSuite):
+    @pytest.fixture
+    async def notify_adapter(self, postgres_url: str, channel_prefix: str) -> AsyncIterator[NotifyAdapter]:
+        adapter = await PostgresNotifyAdapter.open(postgres_url, NotifyOptions(channel_prefix=channel_prefix))
+        yield adapter
+        await adapter.close()

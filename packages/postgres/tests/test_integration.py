@@ -1,0 +1,78 @@
+"""Client + worker over the PostgreSQL state adapter, through the integration suite.
+
+Pairs: (postgres, postgres LISTEN/NOTIFY), (postgres, memory notify) and (postgres, no notify,
+workers poll), each in both claim modes. Every test gets its own schema and channel prefix.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from typing import ClassVar
+
+import pytest
+
+from jobchain.contracts import NotifyAdapter, StateAdapter
+from jobchain.memory.notify import MemoryNotifyAdapter
+from jobchain_conformance import IntegrationSuite
+from jobchain_postgres import NotifyOptions, PostgresNotifyAdapter
+from jobchain_postgres.options import Claim
+
+from .conftest import open_state
+
+
+class _PostgresState:
+    claim: ClassVar[Claim] = "skip-locked"
+
+    @pytest.fixture
+    async def state_adapter(self, postgres_url: str, schema_name: str) -> AsyncIterator[StateAdapter]:
+        adapter = await open_state(postgres_url, schema_name, self.claim)
+        yield adapter
+        await adapter.close()
+
+
+class _PostgresNotify:
+    @pytest.fixture
+    async def notify_adapter(
+        self, postgres_url: str, channel_prefix: str
+    ) -> AsyncIterator[NotifyAdapter | None]:
+        adapter = await PostgresNotifyAdapter.open(postgres_url, NotifyOptions(channel_prefix=channel_prefix))
+        yield adapter
+        await adapter.close()
+
+
+class _MemoryNotify:
+    @pytest.fixture
+    async def notify_adapter(self) -> AsyncIterator[NotifyAdapter | None]:
+        adapter = MemoryNotifyAdapter()
+        yield adapter
+        await adapter.close()
+
+
+class _NoNotify:
+    @pytest.fixture
+    async def notify_adapter(self) -> AsyncIterator[NotifyAdapter | None]:
+        yield None
+
+
+class TestPostgresPostgresNotify(_PostgresNotify, _PostgresState, IntegrationSuite):
+    pass
+
+
+class TestPostgresMemoryNotify(_MemoryNotify, _PostgresState, IntegrationSuite):
+    pass
+
+
+class TestPostgresNoNotify(_NoNotify, _PostgresState, IntegrationSuite):
+    pass
+
+
+class TestPostgresPostgresNotifyAtomicClaim(TestPostgresPostgresNotify):
+    claim: ClassVar[Claim] = "atomic-update"
+
+
+class TestPostgresMemoryNotifyAtomicClaim(TestPostgresMemoryNotify):
+    claim: ClassVar[Claim] = "atomic-update"
+
+
+class TestPostgresNoNotifyAtomicClaim(TestPostgresNoNotify):
+    claim: ClassVar[Claim] = "atomic-update"

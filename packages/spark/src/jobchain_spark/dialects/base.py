@@ -1,0 +1,168 @@
+"""What a dialect does for the reader: connect, render the read SQL with filters, stream rows.
+
+Filters arrive as :class:`Predicate` values (a column of the table, a fixed operator and a
+bound value). The column's SQL expression comes from a fixed per-table map and the operator
+from a fixed list, so no user text ever becomes SQL: values always travel as parameters.
+"""
+
+from __future__ import annotations
+
+import uuid
+from abc import ABC, abstractmethod
+from collections.abc import Iterator, Sequence
+from contextlib import AbstractContextManager
+from dataclasses import dataclass
+from datetime import datetime
+from functools import cache
+from importlib.resources import files
+from typing import Any, Final, Literal
+
+import pyarrow as pa
+
+from jobchain.entities import JobStatus
+from jobchain_spark.tables import Column, table_columns
+
+Op = Literal["=", "in", ">", ">=", "<", "<="]
+RANGE_OPS: Final = (">", ">=", "<", "<=")
+
+EXPRESSIONS: Final[dict[str, dict[str, str]]] = {
+    "jobs": {
+        "id": "j.id",
+        "chain_id": "j.chain_id",
+        "type_name": "j.type_name",
+        "chain_type_name": "j.chain_type_name",
+        "status": "j.status",
+        "created_at": "j.created_at",
+        "scheduled_at": "j.scheduled_at",
+        "last_attempt_at": "j.last_attempt_at",
+        "leased_until": "j.leased_until",
+        "completed_at": "j.completed_at",
+        "deduplication_key": "j.deduplication_key",
+    },
+    "chains": {
+        "id": "r.id",
+        "type_name": "r.chain_type_name",
+        "status": "l.status",
+        "created_at": "r.created_at",
+        "completed_at": "l.completed_at",
+        "deduplication_key": "r.deduplication_key",
+    },
+    "blockers": {
+        "job_id": "b.job_id",
+        "chain_id": "j.chain_id",
+        "blocked_by_chain_id": "b.blocked_by_chain_id",
+        "created_at": "j.created_at",
+    },
+}
+"""The SQL expression behind each filterable output column (aliases of the *_read.sql files)."""
+
+_STATUSES: Final = frozenset(s.value for s in JobStatus)
+
+
+@dataclass(frozen=True, slots=True)
+class Predicate:
+    """``column op value``; ``value`` is a tuple for ``in``, a datetime for time columns."""
+
+    column: str
+    op: Op
+    value: Any
+
+
+def canonical_uuids(values: Sequence[object]) -> list[str]:
+    """The values that are canonical lowercase UUID strings (others can match no stored id)."""
+    kept: list[str] = []
+    for value in values:
+        if isinstance(value, str):
+            try:
+                if str(uuid.UUID(value)) == value:
+                    kept.append(value)
+            except ValueError:
+                pass
+    return kept
+
+
+def valid_statuses(values: Sequence[object]) -> list[str]:
+    """The values that are job statuses (others can match no row)."""
+    return [v for v in values if isinstance(v, str) and v in _STATUSES]
+
+
+def uuid_boundaries(count: int) -> list[str]:
+    """``count - 1`` UUIDs that cut the id space into ``count`` equal ranges."""
+    return [str(uuid.UUID(int=(i << 128) // count)) for i in range(1, count)]
+
+
+@cache
+def sql_template(dialect: str, name: str) -> str:
+    """The text of ``sql/<dialect>/<name>.sql`` (shipped with this package)."""
+    return (files("jobchain_spark") / "sql" / dialect / f"{name}.sql").read_text(encoding="utf-8")
+
+
+class Dialect(ABC):
+    """Reads the documented job tables of one backend with its own driver.
+
+    Instances are pickled to Spark's Python workers, so they hold only the URL text and
+    open connections inside :meth:`connect`.
+    """
+
+    def __init__(self, url: str) -> None:
+        self._url = url
+
+    @property
+    def url(self) -> str:
+        return self._url
+
+    @abstractmethod
+    def connect(self) -> AbstractContextManager[Any]:
+        """A read-only connection (closed on exit)."""
+
+    @abstractmethod
+    def query(self, table: str, predicates: Sequence[Predicate]) -> tuple[Any, Sequence[Any]]:
+        """The read statement for ``table`` with ``predicates`` ANDed, and its parameters."""
+
+    @abstractmethod
+    def stream(
+        self, conn: Any, statement: Any, params: Sequence[Any], size: int
+    ) -> Iterator[list[tuple[Any, ...]]]:
+        """Run ``statement`` and yield its rows in lists of at most ``size`` (streamed, not loaded)."""
+
+    @abstractmethod
+    def time_range(
+        self, conn: Any, table: str, column: str, predicates: Sequence[Predicate]
+    ) -> tuple[datetime, datetime] | None:
+        """MIN and MAX of time ``column`` over the filtered rows, or None when there are none."""
+
+    times_as_text: bool = False
+    """True when the driver returns times as ISO-8601 text (converted by Arrow, not Python)."""
+
+    def arrow_batch(self, table: str, rows: list[tuple[Any, ...]], schema: pa.Schema) -> pa.RecordBatch:
+        """Rows (in table column order) as one Arrow record batch of ``schema``."""
+        columns: list[Column] = list(table_columns(table))
+        arrays: list[pa.Array] = []
+        values = list(zip(*rows, strict=True)) if rows else [() for _ in columns]
+        for column, field, data in zip(columns, schema, values, strict=True):
+            if column.kind == "time" and self.times_as_text:
+                arrays.append(pa.array(data, pa.string()).cast(field.type))
+            else:
+                arrays.append(pa.array(data, field.type))
+        return pa.RecordBatch.from_arrays(arrays, schema=schema)
+
+    def __repr__(self) -> str:
+        from jobchain.url import mask_url
+
+        return f"{type(self).__name__}({mask_url(self._url)!r})"
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (type(self), (self._url,))
+
+
+__all__ = [
+    "EXPRESSIONS",
+    "RANGE_OPS",
+    "Dialect",
+    "Op",
+    "Predicate",
+    "canonical_uuids",
+    "sql_template",
+    "uuid_boundaries",
+    "valid_statuses",
+]

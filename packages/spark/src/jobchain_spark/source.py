@@ -1,0 +1,87 @@
+"""The ``jobchain`` Spark data source and the helper that registers it.
+
+::
+
+    from jobchain_spark import register
+    register(spark)
+    jobs = spark.read.format("jobchain").option("url", "sqlite:///jobchain.db").load()
+    chains = (spark.read.format("jobchain").option("url", url).option("table", "chains")
+              .option("partitioning", "id").option("partitions", 8).load())
+    df.write.format("jobchain").option("url", url).option("type", "send_email") \\
+        .option("job_types", "myapp.jobs:types").option("key", "order_id").mode("append").save()
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any, Final
+
+from pyspark.sql.datasource import DataSource, DataSourceReader, DataSourceWriter
+from pyspark.sql.types import StructType
+
+if TYPE_CHECKING:
+    from pyspark.sql import Column, DataFrame, SparkSession
+
+NAME: Final = "jobchain"
+PUSHDOWN_CONF: Final = "spark.sql.python.filterPushdown.enabled"
+
+
+class JobchainDataSource(DataSource):
+    """Reads the job history (``table``: jobs, chains, blockers) and bulk-starts chains on write."""
+
+    @classmethod
+    def name(cls) -> str:
+        return NAME
+
+    def schema(self) -> StructType:
+        from jobchain_spark.tables import spark_schema
+
+        return spark_schema(self.options.get("table", "jobs"))
+
+    def reader(self, schema: StructType) -> DataSourceReader:
+        from jobchain_spark.reader import JobchainReader, ReadOptions
+
+        return JobchainReader(ReadOptions.parse(dict(self.options)))
+
+    def writer(self, schema: StructType, overwrite: bool) -> DataSourceWriter:
+        from jobchain_spark.bulk_writer import JobchainWriter
+
+        return JobchainWriter.create(dict(self.options), schema, overwrite)
+
+
+def register(spark: SparkSession) -> None:
+    """Register the ``jobchain`` format on ``spark`` and enable Python filter pushdown."""
+    spark.conf.set(PUSHDOWN_CONF, "true")
+    spark.dataSource.register(JobchainDataSource)
+
+
+def read_table(
+    spark: SparkSession,
+    url: str,
+    table: str = "jobs",
+    *,
+    partitioning: str = "created_at",
+    partitions: int | None = None,
+) -> DataFrame:
+    """``spark.read.format("jobchain")`` for ``table`` of the state at ``url`` (registers first)."""
+    register(spark)
+    reader = spark.read.format(NAME).option("url", url).option("table", table)
+    reader = reader.option("partitioning", partitioning)
+    if partitions is not None:
+        reader = reader.option("partitions", str(partitions))
+    return reader.load()
+
+
+def parse_json(df: DataFrame, column: str, schema: StructType | str, *, into: str | None = None) -> DataFrame:
+    """Parse the JSON text in ``column`` (e.g. ``input``) with ``schema``; ``into`` names the result."""
+    from pyspark.sql import functions as sf
+
+    parsed: Column = sf.from_json(sf.col(column), schema)
+    return df.withColumn(into or column, parsed)
+
+
+def options_dict(**options: Any) -> dict[str, str]:
+    """Spark options are strings; drop None and stringify the rest."""
+    return {k: str(v) for k, v in options.items() if v is not None}
+
+
+__all__ = ["NAME", "JobchainDataSource", "parse_json", "read_table", "register"]

@@ -1,0 +1,6 @@
+-- blockers_read: one row per blocker declaration, with the blocked job's chain and creation time.
+SELECT
+    b.job_id, j.chain_id, b.blocked_by_chain_id, b.idx AS position, b.trace_context, j.created_at
+FROM {job_blocker} b
+JOIN {job} j ON j.id = b.job_id
+WHERE {where}

@@ -1,0 +1,29 @@
+-- jobs_acquire: claim up to :limit eligible pending jobs, oldest scheduled_at first.
+-- Plan: job_acquisition_idx, forced with INDEXED BY: without statistics the planner may pick
+-- a listing index and sort every pending job. No SKIP LOCKED is needed: SQLite runs one
+-- writer at a time, so the inner SELECT and the UPDATE see the same rows and no other
+-- transaction can claim them.
+-- has_more_after: whether an eligible pending job sorts after this row. Evaluated on the
+-- claimed row that sorts last, it is the batch's has_more: every job after it was not
+-- claimed and stays pending while the UPDATE runs (the key columns never change here).
+UPDATE {p}job
+SET status = 'running',
+    attempt = attempt + 1,
+    lease_generation = lease_generation + 1,
+    leased_by = :worker_id,
+    leased_until = :leased_until
+WHERE id IN (
+    SELECT c.id FROM {p}job c INDEXED BY {p}job_acquisition_idx
+    WHERE c.status = 'pending'
+      AND c.type_name IN (SELECT value FROM json_each(:type_names))
+      AND c.scheduled_at <= :now
+    ORDER BY c.scheduled_at, c.created_at, c.id
+    LIMIT :limit
+)
+RETURNING *, EXISTS (
+    SELECT 1 FROM {p}job x INDEXED BY {p}job_acquisition_idx
+    WHERE x.status = 'pending'
+      AND x.type_name IN (SELECT value FROM json_each(:type_names))
+      AND x.scheduled_at <= :now
+      AND (x.scheduled_at, x.created_at, x.id) > ({p}job.scheduled_at, {p}job.created_at, {p}job.id)
+) AS has_more_after

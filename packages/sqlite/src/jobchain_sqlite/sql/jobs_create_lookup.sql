@@ -1,0 +1,49 @@
+-- jobs_create_lookup: everything jobs_create must know before inserting, in one read.
+-- Rows by kind: 'id' (an existing job with an item's id), 'continuation' (the existing job at
+-- an item's chain_id + chain_index), 'root' (the root of an item's chain), 'dedup' (the newest
+-- root matching an item's deduplication), 'blocker' (the last job of each blocker chain).
+-- Plan: primary key, job_chain_index_idx, job_deduplication_idx; no scan.
+WITH item AS (
+    SELECT
+        json_extract(value, '$.i')                AS i,
+        json_extract(value, '$.id')               AS id,
+        json_extract(value, '$.chain_id')         AS chain_id,
+        json_extract(value, '$.chain_index')      AS chain_index,
+        json_extract(value, '$.chain_type_name')  AS chain_type_name,
+        json_extract(value, '$.dedup_key')        AS dedup_key,
+        json_extract(value, '$.dedup_from')       AS dedup_from,
+        json_extract(value, '$.dedup_incomplete') AS dedup_incomplete,
+        json_extract(value, '$.exclude')          AS exclude
+    FROM json_each(:items)
+)
+SELECT 'id' AS kind, item.i AS i, j.*
+FROM item JOIN {p}job j ON j.id = item.id
+UNION ALL
+SELECT 'continuation', item.i, j.*
+FROM item JOIN {p}job j ON j.chain_id = item.chain_id AND j.chain_index = item.chain_index
+WHERE item.chain_id IS NOT NULL
+UNION ALL
+SELECT 'root', item.i, j.*
+FROM item JOIN {p}job j ON j.id = item.chain_id AND j.chain_index = 0
+WHERE item.chain_id IS NOT NULL
+UNION ALL
+SELECT 'dedup', item.i, j.*
+FROM item JOIN {p}job j ON j.id = (
+    SELECT r.id FROM {p}job r INDEXED BY {p}job_deduplication_idx
+    WHERE r.deduplication_key = item.dedup_key
+      AND r.chain_index = 0
+      AND r.chain_type_name = item.chain_type_name
+      AND (item.dedup_from IS NULL OR r.created_at >= item.dedup_from)
+      AND r.id NOT IN (SELECT e.value FROM json_each(item.exclude) e)
+      AND (NOT item.dedup_incomplete OR (
+          SELECT l.status FROM {p}job l WHERE l.chain_id = r.id ORDER BY l.chain_index DESC LIMIT 1
+      ) <> 'completed')
+    ORDER BY r.created_at DESC, r.id DESC
+    LIMIT 1
+)
+WHERE item.dedup_key IS NOT NULL
+UNION ALL
+SELECT 'blocker', NULL, j.*
+FROM json_each(:blocker_chain_ids) b
+JOIN {p}job j ON j.chain_id = b.value
+    AND j.chain_index = (SELECT MAX(m.chain_index) FROM {p}job m WHERE m.chain_id = b.value)

@@ -1,0 +1,335 @@
+"""SqliteTx: the StateTx operations on one SQLite transaction (or savepoint).
+
+Most operations are one statement. Where SQLite needs more (no writable CTEs, RETURNING
+cannot show a row's previous values), the extra statements are named in the docstring and
+run under the write lock the transaction already holds, so they see a consistent state.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from contextlib import AbstractAsyncContextManager, asynccontextmanager
+from datetime import datetime, timedelta
+
+from jobchain.contracts.state import (
+    BlockedJobsList,
+    ChainGet,
+    ChainJobsList,
+    ChainsDelete,
+    ChainsDeleted,
+    ChainsList,
+    JobBlockersGet,
+    JobComplete,
+    JobCompleted,
+    JobCreated,
+    JobGet,
+    JobNextAvailable,
+    JobRenewLease,
+    JobReschedule,
+    JobsAcquire,
+    JobsAcquired,
+    JobsCreate,
+    JobsList,
+    JobsReapExpired,
+    JobsTrigger,
+    JobsTriggered,
+    StateTx,
+)
+from jobchain.entities import Chain, Job, JobStatus, Page, utcnow
+from jobchain.errors import (
+    BlockerReference,
+    JobAlreadyCompletedError,
+    JobchainError,
+    JobNotFoundError,
+    JobTakenByAnotherWorkerError,
+)
+from jobchain_sqlite import listing
+from jobchain_sqlite.context import TxContext
+from jobchain_sqlite.create import jobs_create
+from jobchain_sqlite.rows import chains_from_jobs, dump_json, fmt_time, job_from_row, json_list, parse_time
+
+
+def _lease_error(job_id: str, worker_id: str | None, job: Job | None) -> JobchainError:
+    if job is None:
+        return JobNotFoundError(job_id)
+    if job.status is JobStatus.COMPLETED:
+        return JobAlreadyCompletedError(job_id)
+    return JobTakenByAnotherWorkerError(job_id, worker_id, job.leased_by)
+
+
+def _acquire_key(job: Job) -> tuple[datetime, datetime, str]:
+    return (job.scheduled_at, job.created_at, job.id)
+
+
+class SqliteTx:
+    """One open transaction or savepoint. Create it through ``SqliteStateAdapter.transaction``."""
+
+    __slots__ = ("_ctx",)
+
+    def __init__(self, ctx: TxContext) -> None:
+        self._ctx = ctx
+
+    # ------------------------------------------------------------ savepoints
+
+    def savepoint(self) -> AbstractAsyncContextManager[StateTx]:
+        """Nested unit of work: released on success, rolled back (and re-raised) on error."""
+        return self._savepoint()
+
+    @asynccontextmanager
+    async def _savepoint(self) -> AsyncIterator[StateTx]:
+        ctx = self._ctx
+        ctx.savepoints += 1
+        name = f"jobchain_sp_{ctx.savepoints}"
+        await ctx.fetch(f"SAVEPOINT {name}")
+        try:
+            yield SqliteTx(ctx)
+        except BaseException:
+            if not ctx.closed:
+                try:
+                    await ctx.fetch(f"ROLLBACK TO SAVEPOINT {name}")
+                    await ctx.fetch(f"RELEASE SAVEPOINT {name}")
+                except JobchainError:
+                    pass  # SQLite already rolled the whole transaction back; report the original error
+            raise
+        else:
+            await ctx.fetch(f"RELEASE SAVEPOINT {name}")
+
+    # ------------------------------------------------------------ creation
+
+    async def jobs_create(self, params: JobsCreate) -> list[JobCreated]:
+        """Lookup, batch insert and blocker insert: at most three statements (see create.py)."""
+        return await jobs_create(self._ctx, params)
+
+    # ------------------------------------------------------------ reads
+
+    async def chain_get(self, params: ChainGet) -> Chain | None:
+        """One statement. ``lock=True`` holds already: write transactions own the write lock."""
+        rows = await self._ctx.fetch(self._ctx.q.chain_get, {"chain_id": params.chain_id})
+        return chains_from_jobs([job_from_row(row) for row in rows]).get(params.chain_id)
+
+    async def job_get(self, params: JobGet) -> Job | None:
+        rows = await self._ctx.fetch(self._ctx.q.job_get, {"job_id": params.job_id})
+        return job_from_row(rows[0]) if rows else None
+
+    async def job_blockers_get(self, params: JobBlockersGet) -> list[Chain]:
+        rows = await self._ctx.fetch(self._ctx.q.job_blockers_get, {"job_id": params.job_id})
+        order: list[str] = []
+        jobs: list[Job] = []
+        for row in rows:
+            job = job_from_row(row)
+            if not order or order[-1] != job.chain_id:
+                order.append(job.chain_id)
+            jobs.append(job)
+        chains = chains_from_jobs(jobs)
+        return [chains[chain_id] for chain_id in order if chain_id in chains]
+
+    async def job_next_available(self, params: JobNextAvailable) -> timedelta | None:
+        if not params.type_names:
+            return None
+        rows = await self._ctx.fetch(
+            self._ctx.q.job_next_available, {"type_names": json_list(params.type_names)}
+        )
+        next_at = rows[0]["next_at"] if rows else None
+        if next_at is None:
+            return None
+        return max(timedelta(0), parse_time(next_at) - (params.now or utcnow()))
+
+    # ------------------------------------------------------------ worker transitions
+
+    async def jobs_acquire(self, params: JobsAcquire) -> JobsAcquired:
+        """One UPDATE … RETURNING (has_more rides along on the last claimed row)."""
+        ctx = self._ctx
+        ctx.require_write("jobs_acquire")
+        if not params.type_names:
+            return JobsAcquired(jobs=[], has_more=False)
+        now = params.now or utcnow()
+        args = {
+            "type_names": json_list(params.type_names),
+            "now": fmt_time(now),
+            "worker_id": params.worker_id,
+            "leased_until": fmt_time(now + params.lease_for),
+            "limit": params.limit,
+        }
+        rows = await ctx.fetch(ctx.q.jobs_acquire, args)
+        if not rows:
+            return JobsAcquired(jobs=[], has_more=False)
+        claimed = sorted(((job_from_row(row), row) for row in rows), key=lambda p: _acquire_key(p[0]))
+        return JobsAcquired(jobs=[job for job, _ in claimed], has_more=bool(claimed[-1][1]["has_more_after"]))
+
+    async def job_renew_lease(self, params: JobRenewLease) -> Job:
+        ctx = self._ctx
+        ctx.require_write("job_renew_lease")
+        now = params.now or utcnow()
+        rows = await ctx.fetch(
+            ctx.q.job_renew_lease,
+            {
+                "job_id": params.job_id,
+                "worker_id": params.worker_id,
+                "lease_generation": params.lease_generation,
+                "leased_until": fmt_time(now + params.lease_for),
+            },
+        )
+        if rows:
+            return job_from_row(rows[0])
+        raise _lease_error(params.job_id, params.worker_id, await self.job_get(JobGet(job_id=params.job_id)))
+
+    async def job_reschedule(self, params: JobReschedule) -> Job:
+        ctx = self._ctx
+        ctx.require_write("job_reschedule")
+        now = params.now or utcnow()
+        rows = await ctx.fetch(
+            ctx.q.job_reschedule,
+            {
+                "job_id": params.job_id,
+                "worker_id": params.worker_id,
+                "lease_generation": params.lease_generation,
+                "scheduled_at": fmt_time(params.schedule.resolve(now)),
+                "now": fmt_time(now),
+                "error": params.error,
+            },
+        )
+        if rows:
+            return job_from_row(rows[0])
+        raise _lease_error(params.job_id, params.worker_id, await self.job_get(JobGet(job_id=params.job_id)))
+
+    async def job_complete(self, params: JobComplete) -> JobCompleted:
+        """UPDATE … RETURNING, plus job_unblock when a chain that blocks others completed.
+
+        A workerless completion first reads the job: RETURNING shows only the new row, and
+        the caller needs the previous lease holder. With a worker id that is the worker.
+        """
+        ctx = self._ctx
+        ctx.require_write("job_complete")
+        now = params.now or utcnow()
+        before: Job | None = None
+        if params.worker_id is None:
+            before = await self.job_get(JobGet(job_id=params.job_id))
+            if before is None or before.status is JobStatus.COMPLETED:
+                raise _lease_error(params.job_id, None, before)
+        rows = await ctx.fetch(
+            ctx.q.job_complete,
+            {
+                "job_id": params.job_id,
+                "worker_id": params.worker_id,
+                "lease_generation": params.lease_generation,
+                "output": dump_json(params.output, f"output of job {params.job_id}"),
+                "now": fmt_time(now),
+            },
+        )
+        if not rows:
+            raise _lease_error(
+                params.job_id, params.worker_id, await self.job_get(JobGet(job_id=params.job_id))
+            )
+        job = job_from_row(rows[0])
+        chain_completed = not rows[0]["has_next"]
+        unblocked: list[Job] = []
+        if chain_completed and rows[0]["is_blocker"]:
+            unblocked_rows = await ctx.fetch(
+                ctx.q.job_unblock, {"chain_id": job.chain_id, "now": fmt_time(now)}
+            )
+            unblocked = sorted(
+                (job_from_row(row) for row in unblocked_rows), key=lambda j: (j.created_at, j.id)
+            )
+        if before is None:
+            previous_leased_by, was_running = params.worker_id, True
+        else:
+            previous_leased_by, was_running = before.leased_by, before.status is JobStatus.RUNNING
+        return JobCompleted(
+            job=job,
+            chain_completed=chain_completed,
+            unblocked_jobs=unblocked,
+            previous_leased_by=previous_leased_by,
+            was_running=was_running,
+        )
+
+    async def jobs_reap_expired(self, params: JobsReapExpired) -> list[Job]:
+        ctx = self._ctx
+        ctx.require_write("jobs_reap_expired")
+        if not params.type_names or params.limit < 1:
+            return []
+        rows = await ctx.fetch(
+            ctx.q.jobs_reap_expired,
+            {
+                "type_names": json_list(params.type_names),
+                "exclude_job_ids": json_list(params.exclude_job_ids),
+                "now": fmt_time(params.now or utcnow()),
+                "limit": params.limit,
+            },
+        )
+        return sorted(
+            (job_from_row(row) for row in rows), key=lambda j: (j.leased_until or j.created_at, j.id)
+        )
+
+    async def jobs_trigger(self, params: JobsTrigger) -> JobsTriggered:
+        """One guarded UPDATE; a lookup only when it refuses (to report why)."""
+        ctx = self._ctx
+        ctx.require_write("jobs_trigger")
+        ids = list(dict.fromkeys(params.job_ids))
+        if not ids:
+            return JobsTriggered()
+        args = {
+            "job_ids": json_list(ids),
+            "distinct_count": len(ids),
+            "now": fmt_time(params.now or utcnow()),
+        }
+        rows = await ctx.fetch(ctx.q.jobs_trigger, args)
+        if rows:
+            by_id = {row["id"]: job_from_row(row) for row in rows}
+            return JobsTriggered(triggered=[by_id[job_id] for job_id in ids])
+        found = {row["id"]: row["status"] for row in await ctx.fetch(ctx.q.jobs_trigger_lookup, args)}
+        return JobsTriggered(
+            not_found=[job_id for job_id in ids if job_id not in found],
+            not_triggerable=[
+                (job_id, found[job_id]) for job_id in ids if found.get(job_id, "pending") != "pending"
+            ],
+        )
+
+    async def chains_delete(self, params: ChainsDelete) -> ChainsDeleted:
+        """A recursive lookup (set + references), then one DELETE … RETURNING (when not refused)."""
+        ctx = self._ctx
+        ctx.require_write("chains_delete")
+        requested = list(dict.fromkeys(params.chain_ids))
+        if not requested:
+            return ChainsDeleted(chains=[])
+        rows = await ctx.fetch(
+            ctx.q.chains_delete_lookup, {"chain_ids": json_list(requested), "cascade": params.cascade}
+        )
+        chain_set = list(dict.fromkeys(row["chain_id"] for row in rows if row["kind"] == "chain"))
+        references = [
+            BlockerReference(chain_id=row["chain_id"], referenced_by_job_id=row["job_id"])
+            for row in rows
+            if row["kind"] == "reference"
+        ]
+        if references:
+            # Refused: nothing is deleted; the client raises BlockerReferenceError from these.
+            references.sort(key=lambda r: (r.chain_id, r.referenced_by_job_id))
+            return ChainsDeleted(chains=[], blocker_references=references)
+        if not chain_set:
+            return ChainsDeleted(chains=[])
+        args = {"chain_ids": json_list(chain_set)}
+        if not ctx.foreign_keys:
+            await ctx.fetch(ctx.q.chains_delete_blockers, args)
+        jobs = [job_from_row(row) for row in await ctx.fetch(ctx.q.chains_delete, args)]
+        chains = chains_from_jobs(jobs)
+        ordered = [c for c in requested if c in chains] + sorted(
+            (c for c in chains if c not in set(requested)), key=lambda c: (chains[c].created_at, c)
+        )
+        running = sorted(j.id for j in jobs if j.status is JobStatus.RUNNING)
+        return ChainsDeleted(chains=[chains[c] for c in ordered], running_job_ids=running)
+
+    # ------------------------------------------------------------ listings
+
+    async def chains_list(self, params: ChainsList) -> Page[Chain]:
+        return await listing.chains_list(self._ctx, params)
+
+    async def jobs_list(self, params: JobsList) -> Page[Job]:
+        return await listing.jobs_list(self._ctx, params)
+
+    async def chain_jobs_list(self, params: ChainJobsList) -> Page[Job]:
+        return await listing.chain_jobs_list(self._ctx, params)
+
+    async def blocked_jobs_list(self, params: BlockedJobsList) -> Page[Job]:
+        return await listing.blocked_jobs_list(self._ctx, params)
+
+
+__all__ = ["SqliteTx"]
