@@ -57,6 +57,9 @@ __all__ = ["ATOMIC_CLAIM_ATTEMPTS", "PostgresStateTx"]
 ATOMIC_CLAIM_ATTEMPTS = 8
 """Statements one atomic-update claim may send when concurrent claimers keep winning its candidates."""
 
+_STALE_RUNS = 16
+"""Statements one jobs_create may send while its blocker chains keep completing steps under it."""
+
 
 def _unique(values: Sequence[str]) -> list[str]:
     return list(dict.fromkeys(values))
@@ -173,13 +176,14 @@ class PostgresStateTx(ListingsMixin):
         document = new_jobs_document(params.jobs)
         query_params = {"now": _check_now(params.now), "jobs": document}
         ids = [job.id for job in params.jobs]
-        shape, rows = await self._rows(self._q.jobs_create, query_params, write=True, ids=ids)
-        problems = shape.scalar(rows[0], "_problems") if rows else None
-        if problems and any(p.startswith("stale:") for p in problems):
-            # A blocker chain changed under this statement (it waited for that chain's
-            # completion): decide again with a fresh snapshot. The blocker locks are held now.
+        for _ in range(_STALE_RUNS):
             shape, rows = await self._rows(self._q.jobs_create, query_params, write=True, ids=ids)
             problems = shape.scalar(rows[0], "_problems") if rows else None
+            # A blocker's last job was completed under the statement (it waited for that
+            # completion): decide again with a fresh snapshot. Each run keeps its locks, so a
+            # further run only happens when the blocker chain went on by another step meanwhile.
+            if not problems or not any(p.startswith("stale:") for p in problems):
+                break
         if problems:
             missing = sorted(p for p in problems if not p.startswith("stale:"))
             if not missing:

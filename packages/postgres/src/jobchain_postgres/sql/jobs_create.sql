@@ -82,11 +82,10 @@ blocker_state AS (
         d.chain_id,
         last.id AS last_id,
         last.status AS last_status,
-        last.xmin::text AS last_version,
         EXISTS (SELECT 1 FROM to_insert AS t WHERE t.chain_id IS NULL AND t.id = d.chain_id) AS in_batch
     FROM (SELECT DISTINCT w.chain_id FROM wanted_blockers AS w) AS d
     LEFT JOIN LATERAL (
-        SELECT c.id, c.status, c.xmin
+        SELECT c.id, c.status
         FROM {job} AS c
         WHERE c.chain_id = d.chain_id
         ORDER BY c.chain_index DESC
@@ -105,13 +104,14 @@ open_blockers AS (
     GROUP BY w.ord
 ),
 problems AS (
-    -- A blocker's last job changed after this statement's snapshot (the lock read above waited
-    -- for its completion): a continuation it committed may be invisible here, so write nothing
-    -- and let the adapter run the statement again with a fresh snapshot (the lock is kept).
+    -- A blocker's last job was completed after this statement's snapshot (the lock read above
+    -- waited for that completion): a continuation it committed may be invisible here, so write
+    -- nothing and let the adapter run the statement again with a fresh snapshot (the lock is
+    -- kept). Other changes committed meanwhile (claims, lease renewals) cannot add a step.
     SELECT 'stale:' || s.chain_id::text AS problem
     FROM blocker_state AS s
     JOIN {job} AS seen ON seen.id = s.last_id
-    WHERE seen.xmin::text <> s.last_version
+    WHERE s.last_status = 'completed' AND seen.status <> 'completed'
     UNION ALL
     SELECT 'blocker_chain_not_found:' || s.chain_id::text
     FROM blocker_state AS s
