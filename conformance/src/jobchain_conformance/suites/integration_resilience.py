@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 from collections import Counter
+from datetime import timedelta
 from typing import Any
 
 import pytest
 
 from jobchain import Chain, ChainStart, Client, JobTypes
 from jobchain.contracts import Capability
-from jobchain.worker import Attempt, Completed, Processors
+from jobchain.worker import Attempt, Completed, LeaseConfig, Processors
 from jobchain_conformance.suites._integration_base import IntegrationEnv, Num, Total
 from jobchain_conformance.suites._integration_wrappers import (
     DroppingNotify,
@@ -146,6 +147,34 @@ class StateResilienceTests:
         _check_done(done, count)
         # With wake hints an idle worker may see few transactions; the burst still landed.
         assert sum(p.failures_injected for p in proxies) >= 8
+
+    async def test_a_failed_attempt_whose_reschedule_fails_too_is_retried_before_its_lease_ends(
+        self, env: IntegrationEnv
+    ) -> None:
+        types = JobTypes()
+        work = types.define("work", input=Num, output=Total, entry=True)
+        procs = Processors()
+        proxy = StateProxy(env.state)
+        seen: list[int] = []
+
+        @procs.handler(work)
+        async def handle(attempt: Attempt[Num, Total]) -> Completed:
+            seen.append(attempt.job.attempt)
+            if attempt.job.attempt == 1:
+                # The reschedule of this failure and its first retry hit a failing store.
+                proxy.fail_next(2)
+                raise RuntimeError("first attempt fails")
+            return await attempt.complete(Total(total=attempt.input.n))
+
+        client = env.client(types)
+        started = await env.start(client, work, Num(n=5))
+        # A lease far longer than the wait: only a retried reschedule can bring the job back in time.
+        long_lease = LeaseConfig(duration=timedelta(minutes=10), renew_every=timedelta(minutes=5))
+        async with env.worker(env.client(types, state=as_state(proxy)), procs, lease=long_lease):
+            chain = await env.await_chain(client, started.id)
+        assert chain.output == {"total": 5}
+        assert proxy.failures_injected == 2
+        assert seen == [1, 2]
 
     async def test_a_failing_attempt_transaction_does_not_lose_the_job(self, env: IntegrationEnv) -> None:
         types = JobTypes()

@@ -33,6 +33,7 @@ from jobchain.worker.backoff import (
     Backoff,
     LeaseConfig,
 )
+from jobchain.worker.completer import CompletionGroups
 from jobchain.worker.ids import make_worker_id
 from jobchain.worker.processors import (
     Processor,
@@ -72,6 +73,11 @@ class Worker:
     more than half its lease is renewed before it starts), and jobs still buffered at
     :meth:`stop` are handed back with a recorded attempt. 0 (the default) claims only for free
     slots.
+
+    ``group_commit`` (on by default) writes plain completions — ``complete(output)`` with no
+    callback, continuation or middleware — of attempts finishing at about the same time in
+    one transaction (one commit, one fsync) instead of one each; see
+    :mod:`jobchain.worker.completer`. ``completed_at`` is then the worker's clock.
     """
 
     def __init__(
@@ -82,6 +88,7 @@ class Worker:
         name: str = "worker",
         concurrency: int = 1,
         prefetch: int = 0,
+        group_commit: bool = True,
         poll_interval: float = 60.0,
         retry: Backoff | None = None,
         lease: LeaseConfig | None = None,
@@ -106,6 +113,7 @@ class Worker:
         self.worker_id = make_worker_id(name)
         self.concurrency = concurrency
         self.prefetch = prefetch
+        self._groups = CompletionGroups(client) if group_commit else None
         self.poll_interval = _positive_seconds("poll_interval", poll_interval)
         self.shutdown_timeout = _positive_seconds("shutdown_timeout", shutdown_timeout)
         self._retry = retry
@@ -338,14 +346,20 @@ class Worker:
         job_type = processor.job_type
         retry = processor.retry or job_type.retry or self._retry or DEFAULT_BACKOFF
         lease = processor.lease or job_type.lease or self._lease or DEFAULT_LEASE
-        return AttemptSettings(retry=retry, lease=lease)
+        return AttemptSettings(retry=retry, lease=lease, recovery=self._recovery)
 
     def _spawn(self, job: Job, *, renew_first: bool = False) -> None:
         processor = self._processors.get(job.type_name)
         if processor is None:  # claimed by type name, so this means a registry bug
             raise JobchainError(f"no processor for claimed job type {job.type_name!r}")
         runner = AttemptRunner(
-            self.client, processor, job, self.worker_id, self._settings_for(processor), self._on_attempt_event
+            self.client,
+            processor,
+            job,
+            self.worker_id,
+            self._settings_for(processor),
+            self._on_attempt_event,
+            self._groups,
         )
         work = runner.renew_then_run() if renew_first else runner.run()
         task = asyncio.create_task(work, name=f"jobchain-attempt-{job.id}")

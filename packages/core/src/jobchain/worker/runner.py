@@ -20,12 +20,13 @@ from jobchain.errors import (
 )
 from jobchain.worker.abort import AbortReason, AttemptAbortedError
 from jobchain.worker.attempt import Attempt, Continue, HandlerDidNotCompleteError
-from jobchain.worker.backoff import Backoff, LeaseConfig
+from jobchain.worker.backoff import DEFAULT_RECOVERY_BACKOFF, Backoff, LeaseConfig
 from jobchain.worker.processors import run_wrapped
 
 if TYPE_CHECKING:
     from jobchain.client import Client
     from jobchain.contracts import Unsubscribe
+    from jobchain.worker.completer import CompletionGroups
     from jobchain.worker.processors import Processor
 
 log = logging.getLogger("jobchain.worker")
@@ -70,10 +71,15 @@ def reason_for_error(error: BaseException) -> AbortReason:
     return AbortReason.ERROR
 
 
+RESCHEDULE_TRIES = 8
+"""How often a failed attempt's reschedule is tried before the job is left to the reaper."""
+
+
 @dataclass(frozen=True, slots=True)
 class AttemptSettings:
     retry: Backoff
     lease: LeaseConfig
+    recovery: Backoff = DEFAULT_RECOVERY_BACKOFF
 
 
 class AttemptRunner:
@@ -87,6 +93,7 @@ class AttemptRunner:
         worker_id: str,
         settings: AttemptSettings,
         on_event: Callable[[str, Job, dict[str, Any]], None],
+        completion_groups: CompletionGroups | None = None,
     ) -> None:
         self.client = client
         self.processor = processor
@@ -94,6 +101,7 @@ class AttemptRunner:
         self.worker_id = worker_id
         self.settings = settings
         self.on_event = on_event
+        self.completion_groups = completion_groups
         self.attempt: Attempt[Any, Any] | None = None
         self._renewal: asyncio.Task[None] | None = None
         self._unsubscribe: Unsubscribe | None = None
@@ -108,6 +116,7 @@ class AttemptRunner:
             return
         self.attempt = attempt
         attempt.on_staged = self._start_staged
+        attempt.completion_groups = self.completion_groups
         try:
             await self._invoke(attempt)
             if attempt.completed is None:
@@ -270,21 +279,36 @@ class AttemptRunner:
         else:
             schedule = Schedule(after=self.settings.retry.delay(self.job.attempt))
             message = describe_error(error)
-        try:
-            async with self.client.transaction() as tx:
-                job = await tx.state.job_reschedule(
-                    JobReschedule(
-                        job_id=self.job.id,
-                        schedule=schedule,
-                        error=message,
-                        worker_id=self.worker_id,
-                        lease_generation=self.job.lease_generation,
+        request = JobReschedule(
+            job_id=self.job.id,
+            schedule=schedule,
+            error=message,
+            worker_id=self.worker_id,
+            lease_generation=self.job.lease_generation,
+        )
+        loop = asyncio.get_running_loop()
+        lease_ends = loop.time() + self.settings.lease.duration.total_seconds()
+        for tries in range(1, RESCHEDULE_TRIES + 1):
+            try:
+                async with self.client.transaction() as tx:
+                    job = await tx.state.job_reschedule(request)
+                    tx.hooks.job_scheduled(job.type_name)
+                break
+            except _LOST as lost:
+                self.on_event("job_attempt_" + reason_for_error(lost).value, self.job, {})
+                return
+            except Exception:
+                # The store failed too. Leaving the job running would park it until its lease
+                # runs out, so try again while the lease holds; past that the reaper has it.
+                delay = self.settings.recovery.delay(tries).total_seconds()
+                if tries == RESCHEDULE_TRIES or loop.time() + delay >= lease_ends:
+                    log.warning(
+                        "could not reschedule job %s; it returns when its lease expires",
+                        self.job.id,
+                        exc_info=True,
                     )
-                )
-                tx.hooks.job_scheduled(job.type_name)
-        except _LOST as lost:
-            self.on_event("job_attempt_" + reason_for_error(lost).value, self.job, {})
-            return
+                    return
+                await asyncio.sleep(delay)
         self.on_event(
             "job_attempt_failed",
             self.job,
