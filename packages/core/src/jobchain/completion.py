@@ -133,11 +133,13 @@ async def finish_job(
     output: Any = None,
     continuation: ContinuationSpec | None = None,
     now: datetime | None = None,
+    output_is_encoded: bool = False,
 ) -> JobFinished:
     """Complete ``job`` with ``output``, or hand its chain over to ``continuation``.
 
     Everything is validated before the first write. ``worker_id=None`` is a workerless
     completion: if the job was running, its worker is told it lost ownership.
+    ``output_is_encoded`` says ``output`` already went through the type's ``encode_output``.
     """
     if job.status is JobStatus.COMPLETED:
         raise JobAlreadyCompletedError(job.id)
@@ -145,7 +147,7 @@ async def finish_job(
     new_job: NewJob | None = None
     encoded_output: Any = None
     if continuation is None:
-        encoded_output = job_type.encode_output(output)
+        encoded_output = output if output_is_encoded else job_type.encode_output(output)
     else:
         if output is not None:
             raise InvalidArgumentError("pass either an output or a continuation, not both")

@@ -12,13 +12,20 @@ open transaction back, so the completion, continuation, unblocking and the user'
 writes vanish together; the job is then rescheduled in a fresh transaction, which works
 even when the failed transaction was poisoned. User callbacks run in savepoints so that
 code which catches its own database errors can carry on.
+
+Group commit (the worker's ``group_commit``): a plain ``complete(output)`` with no
+callback, continuation, middleware or open transaction writes nothing but the completion,
+so it is validated at once and written when the handler returns, together with the other
+attempts finishing meanwhile (:mod:`jobchain.worker.completer`). An exception after such a
+``complete`` still means the job was not completed.
 """
 
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Sequence
 from contextlib import AsyncExitStack
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
+from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any, Generic, Literal, TypeVar
 
 from jobchain.contracts import JobBlockersGet, JobGet
@@ -31,6 +38,7 @@ if TYPE_CHECKING:
     from jobchain.client import Client
     from jobchain.job_types import JobType
     from jobchain.transactions import Transaction
+    from jobchain.worker.completer import CompletionGroups
     from jobchain.worker.processors import Processor
 
 I = TypeVar("I")  # noqa: E741 -- conventional input/output type variable names
@@ -83,6 +91,9 @@ class Attempt(Generic[I, O]):
         self._tx_stack: AsyncExitStack | None = None
         self._tx: Transaction | None = None
         self.on_staged: Callable[[], Awaitable[None]] | None = None
+        self.completion_groups: CompletionGroups | None = None
+        # A plain completion queued for group commit: (encoded output, completion time).
+        self._deferred: tuple[Any, datetime] | None = None
 
     @property
     def mode(self) -> Mode | None:
@@ -175,6 +186,8 @@ class Attempt(Generic[I, O]):
     ) -> Completed:
         if self._completed is not None:
             raise AttemptMisuseError("complete/continue_with may be called only once per attempt")
+        if self._can_defer(continuation, callback):
+            return self._defer(output)
         if not self._prepared:
             # complete before any other await: the whole attempt runs atomically. Nothing runs
             # between here and job_complete, which locks and fences the row itself, so the
@@ -208,6 +221,47 @@ class Attempt(Generic[I, O]):
         )
         self._completed = completed
         return completed
+
+    def _can_defer(self, continuation: Any, callback: Any) -> bool:
+        """A completion that writes nothing but itself may join a group commit.
+
+        Only as the handler's first await (implicit atomic mode): a staged handler that ran a
+        while may have lost its job, and must learn that from ``complete`` itself.
+        """
+        return (
+            self.completion_groups is not None
+            and not self._prepared
+            and continuation is None
+            and callback is None
+            and self._tx is None
+            and not self._processor.middleware
+        )
+
+    def _defer(self, output: Any) -> Completed:
+        """Validate now, write when the handler returns (with other attempts' completions).
+
+        The returned job is the completion as it will be written: ``completed_at`` is taken
+        here, on the worker's clock, and the write uses exactly that time.
+        """
+        self._prepared = True
+        self._mode = "atomic"
+        self.signal.raise_if_aborted()
+        encoded = self._processor.job_type.encode_output(output)
+        now = datetime.now(UTC)
+        self._deferred = (encoded, now)
+        self._completed = Completed(
+            job=replace(
+                self.job,
+                status=JobStatus.COMPLETED,
+                output=encoded,
+                completed_at=now,
+                completed_by=self.worker_id,
+                leased_by=None,
+                leased_until=None,
+                last_attempt_error=None,
+            )
+        )
+        return self._completed
 
     async def _in_savepoint(self, hook: str, callback: Callable[[Transaction], Awaitable[Any]]) -> Any:
         assert self._tx is not None
@@ -248,11 +302,21 @@ class Attempt(Generic[I, O]):
             await stack.aclose()
 
     async def close_success(self) -> None:
-        """Commit the attempt transaction, if one is open (hooks then flush)."""
+        """Commit the attempt transaction, if one is open (hooks then flush), or write the
+        queued completion with its group."""
+        deferred, self._deferred = self._deferred, None
+        if deferred is not None and self.completion_groups is not None:
+            output, now = deferred
+            finished = await self.completion_groups.complete(
+                self.job, output, worker_id=self.worker_id, now=now
+            )
+            self._completed = Completed(job=finished.job)
+            return
         await self._commit_tx()
 
     async def close_failure(self, error: BaseException) -> None:
         """Roll back the open attempt transaction, if any; nothing it wrote survives."""
+        self._deferred = None
         stack, self._tx_stack, self._tx = self._tx_stack, None, None
         if stack is None:
             return

@@ -1,0 +1,186 @@
+"""Worker(group_commit=True): plain completions finishing together share one transaction.
+
+A refused completion fails only its own attempt; a group whose transaction fails is written
+again one completion at a time; an exception after ``complete`` still leaves the job
+uncompleted; completions that write more than themselves never join a group.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+from jobchain import ChainStart, Client, Job, JobStatus, JobTypes
+from jobchain.contracts import JobComplete, JobCompleted, JobsAcquire
+from jobchain.errors import JobTakenByAnotherWorkerError, TransientStateError
+from jobchain.memory.notify import MemoryNotifyAdapter
+from jobchain.memory.state import MemoryStateAdapter
+from jobchain.worker import Attempt, Completed, Processors, Worker
+from jobchain.worker.completer import CompletionGroups
+
+
+@dataclass
+class Item:
+    n: int
+
+
+@dataclass
+class Doubled:
+    n: int
+
+
+types = JobTypes()
+item = types.define("group.item", input=Item, output=Doubled, entry=True)
+
+
+class CountingState(MemoryStateAdapter):
+    """Counts write transactions and the job_complete calls made in each."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.completions_per_tx: list[int] = []
+        self.fail_next_group = False
+
+    @asynccontextmanager
+    async def transaction(self, *args: Any, **kwargs: Any) -> AsyncIterator[Any]:
+        async with super().transaction(*args, **kwargs) as tx:
+            counter = [0]
+            original = tx.job_complete
+            fail = self.fail_next_group
+
+            async def job_complete(params: JobComplete) -> JobCompleted:
+                counter[0] += 1
+                if fail and counter[0] == 2:
+                    self.fail_next_group = False
+                    raise TransientStateError("injected: the group's transaction failed")
+                return await original(params)
+
+            tx.job_complete = job_complete  # type: ignore[method-assign]
+            yield tx
+            if counter[0]:
+                self.completions_per_tx.append(counter[0])
+
+
+async def _start(client: Client, count: int) -> list[str]:
+    async with client.transaction() as tx:
+        started = await client.start_chains(
+            tx, [ChainStart(job_type=item, input=Item(n=i)) for i in range(count)]
+        )
+    return [s.id for s in started]
+
+
+def _processors(gate: asyncio.Event, *, raise_after: set[int] = frozenset()) -> Processors:  # type: ignore[assignment]
+    processors = Processors()
+
+    @processors.handler(item)
+    async def handle(attempt: Attempt[Item, Doubled]) -> Completed:
+        completed = await attempt.complete(Doubled(n=attempt.input.n * 2))
+        assert completed.job.status is JobStatus.COMPLETED
+        if attempt.input.n in raise_after:
+            raise RuntimeError("the handler failed after complete")
+        await gate.wait()
+        return completed
+
+    return processors
+
+
+async def test_completions_finishing_together_are_written_in_one_transaction() -> None:
+    state = CountingState()
+    client = Client(state, MemoryNotifyAdapter(), types)
+    ids = await _start(client, 10)
+    gate = asyncio.Event()
+    async with Worker(client, _processors(gate), concurrency=10, poll_interval=0.05):
+        await asyncio.sleep(0.2)  # every handler has called complete and waits at the gate
+        assert state.completions_per_tx == []  # nothing is written before the handlers return
+        gate.set()
+        chains = [await client.await_chain(chain_id, timeout=10, poll_interval=0.05) for chain_id in ids]
+    assert sorted(c.output["n"] for c in chains) == [2 * i for i in range(10)]
+    assert sum(state.completions_per_tx) == 10
+    assert len(state.completions_per_tx) < 10, state.completions_per_tx
+
+
+async def test_an_exception_after_complete_leaves_the_job_uncompleted() -> None:
+    client = Client(MemoryStateAdapter(), MemoryNotifyAdapter(), types)
+    [chain_id] = await _start(client, 1)
+    gate = asyncio.Event()
+    gate.set()
+    async with Worker(client, _processors(gate, raise_after={0}), poll_interval=60):
+        job = await _after_first_attempt(client, chain_id)
+    assert job.status is JobStatus.PENDING
+    assert job.last_attempt_error is not None
+    assert "failed after complete" in job.last_attempt_error
+
+
+async def _after_first_attempt(client: Client, chain_id: str) -> Job:
+    async with asyncio.timeout(10):
+        while True:
+            chain = await client.get_chain(chain_id)
+            assert chain is not None
+            if chain.last.attempt >= 1 and chain.last.status is not JobStatus.RUNNING:
+                return chain.last
+            await asyncio.sleep(0.02)
+
+
+async def _claimed(state: MemoryStateAdapter, client: Client, count: int) -> list[Any]:
+    await _start(client, count)
+    async with state.transaction() as tx:
+        acquired = await tx.jobs_acquire(
+            JobsAcquire(type_names=[item.name], worker_id="w", lease_for=timedelta(seconds=30), limit=count)
+        )
+    return acquired.jobs
+
+
+async def test_a_refused_completion_fails_alone_and_the_rest_of_its_group_commits() -> None:
+    state = CountingState()
+    client = Client(state, MemoryNotifyAdapter(), types)
+    jobs = await _claimed(state, client, 3)
+    groups = CompletionGroups(client)
+    now = datetime.now(UTC)
+    results = await asyncio.gather(
+        groups.complete(jobs[0], {"n": 0}, worker_id="w", now=now),
+        groups.complete(jobs[1], {"n": 1}, worker_id="someone-else", now=now),
+        groups.complete(jobs[2], {"n": 2}, worker_id="w", now=now),
+        return_exceptions=True,
+    )
+    assert isinstance(results[1], JobTakenByAnotherWorkerError)
+    assert [r.job.status for r in (results[0], results[2])] == [JobStatus.COMPLETED] * 2  # type: ignore[union-attr]
+    assert results[0].job.completed_at == now  # type: ignore[union-attr]
+    assert state.completions_per_tx == [3]
+
+
+async def test_a_failed_group_is_written_again_one_completion_at_a_time() -> None:
+    state = CountingState()
+    client = Client(state, MemoryNotifyAdapter(), types)
+    jobs = await _claimed(state, client, 3)
+    groups = CompletionGroups(client)
+    state.fail_next_group = True
+    now = datetime.now(UTC)
+    finished = await asyncio.gather(*(groups.complete(job, {"n": 0}, worker_id="w", now=now) for job in jobs))
+    assert [f.job.status for f in finished] == [JobStatus.COMPLETED] * 3
+    # The group's transaction got two completions in before failing; then one each.
+    assert state.completions_per_tx[-3:] == [1, 1, 1]
+
+
+async def test_continuations_and_callbacks_do_not_join_a_group() -> None:
+    state = CountingState()
+    client = Client(state, MemoryNotifyAdapter(), types)
+    ids = await _start(client, 4)
+    processors = Processors()
+    seen: list[bool] = []
+
+    @processors.handler(item)
+    async def handle(attempt: Attempt[Item, Doubled]) -> Completed:
+        async def note(tx: Any) -> None:
+            seen.append(tx is not None)
+
+        return await attempt.complete(Doubled(n=attempt.input.n), callback=note)
+
+    async with Worker(client, processors, concurrency=4, poll_interval=0.05):
+        for chain_id in ids:
+            await client.await_chain(chain_id, timeout=10, poll_interval=0.05)
+    assert seen == [True] * 4
+    assert state.completions_per_tx == [1, 1, 1, 1]
