@@ -43,6 +43,9 @@ CHAIN_COMPLETED: Final = "chainc"
 OWNERSHIP_LOST: Final = "owls"
 PROBE: Final = "probe"
 
+_MAX_NOTIFICATIONS_PER_SEND: Final = 500
+"""Most notifications one coalesced pg_notify statement carries."""
+
 
 @dataclass(eq=False)
 class _Subscription:
@@ -98,6 +101,8 @@ class PostgresNotifyAdapter:
         )
         self._publisher: psycopg.AsyncConnection[object] | None = None
         self._publish_lock = asyncio.Lock()
+        self._outbox: list[tuple[str, str, asyncio.Future[None]]] = []
+        self._sender: asyncio.Task[None] | None = None
         self._probe_token: str | None = None
         self._probe_arrived = asyncio.Event()
         self._probe_task: asyncio.Task[None] | None = None
@@ -164,20 +169,54 @@ class PostgresNotifyAdapter:
 
     async def _publish(self, channel: str, payload: str) -> None:
         self._check_open()
-        async with self._publish_lock:
-            with translated():
-                try:
-                    await self._send(channel, payload)
-                except psycopg.OperationalError:
-                    # The publishing connection died (server restart, idle timeout): one retry
-                    # on a fresh connection.
-                    await self._drop_publisher()
-                    await self._send(channel, payload)
+        # Coalesced: what is published while a send is in flight goes out with the next send,
+        # as one statement, so many completions committing together cost one round trip.
+        sent: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self._outbox.append((channel, payload, sent))
+        if self._sender is None or self._sender.done():
+            self._sender = asyncio.get_running_loop().create_task(self._send_outbox())
+        await asyncio.shield(sent)
 
-    async def _send(self, channel: str, payload: str) -> None:
+    async def _send_outbox(self) -> None:
+        while self._outbox:
+            batch, self._outbox = (
+                self._outbox[:_MAX_NOTIFICATIONS_PER_SEND],
+                self._outbox[_MAX_NOTIFICATIONS_PER_SEND:],
+            )
+            try:
+                async with self._publish_lock:
+                    self._check_open()  # closed while this batch waited: fail it, reconnect nothing
+                    with translated():
+                        try:
+                            await self._send(batch)
+                        except psycopg.OperationalError:
+                            # The publishing connection died (server restart, idle timeout): one
+                            # retry on a fresh connection.
+                            await self._drop_publisher()
+                            await self._send(batch)
+            except Exception as error:
+                for _, _, sent in batch:
+                    if not sent.done():
+                        sent.set_exception(error)
+            else:
+                for _, _, sent in batch:
+                    if not sent.done():
+                        sent.set_result(None)
+
+    async def _send(self, batch: Sequence[tuple[str, str, object]]) -> None:
         if self._publisher is None or self._publisher.closed:
             self._publisher = await psycopg.AsyncConnection.connect(self._conninfo, autocommit=True)
-        await self._publisher.execute(plain("notify_publish"), {"channel": channel, "payload": payload})
+        if len(batch) == 1:
+            [(channel, payload, _)] = batch
+            await self._publisher.execute(plain("notify_publish"), {"channel": channel, "payload": payload})
+            return
+        await self._publisher.execute(
+            plain("notify_publish_many"),
+            {
+                "channels": [channel for channel, _, _ in batch],
+                "payloads": [payload for _, payload, _ in batch],
+            },
+        )
 
     async def _drop_publisher(self) -> None:
         publisher, self._publisher = self._publisher, None
