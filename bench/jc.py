@@ -109,6 +109,7 @@ async def work(cfg: dict[str, Any]) -> dict[str, Any]:
         processors(counter, cfg["mode"]),
         concurrency=cfg["concurrency"],
         prefetch=cfg.get("prefetch", 0),
+        group_commit=cfg.get("group_commit", True),
         poll_interval=cfg.get("poll_interval", 1.0),
     )
     rss_start = rss_bytes()

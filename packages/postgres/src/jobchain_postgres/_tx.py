@@ -61,6 +61,20 @@ _STALE_RUNS = 16
 """Statements one jobs_create may send while its blocker chains keep completing steps under it."""
 
 
+_SHAPES: dict[tuple[bytes, int], Shape] = {}
+"""Result shapes by statement and column count: reading ``cursor.description`` builds a
+Column object per column on every call, which was the worker's costliest line."""
+
+
+def _shape_of(query: bytes, cursor: Any) -> Shape:
+    result = cursor.pgresult
+    key = (query, result.nfields if result is not None else 0)
+    shape = _SHAPES.get(key)
+    if shape is None:
+        shape = _SHAPES[key] = Shape(cursor.description)
+    return shape
+
+
 def _unique(values: Sequence[str]) -> list[str]:
     return list(dict.fromkeys(values))
 
@@ -130,7 +144,7 @@ class PostgresStateTx(ListingsMixin):
             cursor = self._conn.cursor()
             await cursor.execute(query, params, prepare=self._prepare)
             rows = await cursor.fetchall()
-            return Shape(cursor.description), rows
+            return _shape_of(query, cursor), rows
 
     def savepoint(self) -> AbstractAsyncContextManager[PostgresStateTx]:
         """Nested unit of work: released on success, rolled back (and re-raised) on error.
