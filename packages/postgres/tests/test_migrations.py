@@ -16,7 +16,7 @@ from psycopg import sql
 from jobchain.contracts import JobsAcquire, JobsCreate, JobsList, NewJob
 from jobchain.entities import Deduplication, new_id
 from jobchain_postgres import PostgresStateAdapter, SchemaNotMigratedError, StateOptions
-from jobchain_postgres.queries import Queries, migration_names, schema_sql
+from jobchain_postgres.queries import Queries, migration, migration_names, schema_sql
 from jobchain_postgres.rows import new_jobs_document
 
 from .conftest import conninfo, open_state, with_query
@@ -83,6 +83,41 @@ async def test_two_prefixes_share_one_schema(postgres_url: str, schema_name: str
         await first.close()
         await second.close()
     assert ledger(postgres_url, schema_name, "other_") == migration_names()
+
+
+async def test_a_schema_from_earlier_migrations_upgrades_and_keeps_its_jobs(
+    postgres_url: str, schema_name: str
+) -> None:
+    # A schema migrated (and used) by a version that knew only the migrations before 0003.
+    queries = Queries(schema_name, "jobchain_")
+    earlier = [name for name in migration_names() if name < "0003"]
+    old_id = new_id()
+    with psycopg.connect(conninfo(postgres_url), autocommit=True) as connection:
+        connection.execute(queries.migration_bootstrap)
+        for name in earlier:
+            connection.execute(migration(name, schema_name, "jobchain_"))
+            connection.execute(queries.migration_record, {"name": name})
+        connection.execute(
+            sql.SQL(
+                "INSERT INTO {} (id, chain_id, type_name, chain_type_name, chain_index, status,"
+                " created_at, scheduled_at) VALUES (%(id)s, %(id)s, 't', 't', 0, 'pending', %(at)s, %(at)s)"
+            ).format(sql.Identifier(schema_name, "jobchain_job")),
+            {"id": old_id, "at": NOW},
+        )
+    adapter = await PostgresStateAdapter.open(postgres_url, StateOptions(schema=schema_name, pool_min_size=0))
+    try:
+        await adapter.migrate()
+        async with adapter.transaction() as tx:
+            [before] = (await tx.jobs_list(JobsList())).items
+            claimed = await tx.jobs_acquire(
+                JobsAcquire(type_names=["t"], worker_id="w", lease_for=timedelta(seconds=30), now=NOW)
+            )
+    finally:
+        await adapter.close()
+    assert (before.id, before.first_attempt_at, before.attempt_started_at) == (old_id, None, None)
+    [job] = claimed.jobs
+    assert (job.first_attempt_at, job.attempt_started_at) == (NOW, NOW)
+    assert ledger(postgres_url, schema_name) == migration_names()
 
 
 # ---------------------------------------------------------------- schema.sql == migrations

@@ -20,7 +20,7 @@ from jobchain.errors import AdapterClosedError, InvalidArgumentError, InvalidURL
 from jobchain.plugins.registry import get_registry
 from jobchain.url import BackendURL
 from jobchain_sqlite import SqliteOptions, SqliteStateAdapter
-from jobchain_sqlite.queries import queries
+from jobchain_sqlite.queries import migration_statements, queries
 
 
 def new_chain(type_name: str = "t") -> NewJob:
@@ -289,6 +289,44 @@ class TestSchema:
             assert condition in objects[index]
         assert "UNIQUE INDEX" in objects["jobchain_job_chain_index_idx"]
         assert "jobchain_job_blocker_chain_idx" in objects
+
+    async def test_database_from_the_first_migration_upgrades_and_keeps_its_jobs(self, db_path: Path) -> None:
+        # A database migrated (and used) by a version that only knew 0001_initial.
+        old = new_chain()
+        q = queries("jobchain_")
+        with sqlite3.connect(db_path) as conn:
+            for statement in migration_statements("0001_initial", "jobchain_"):
+                conn.execute(statement)
+            conn.execute(q.migration_table_create)
+            conn.execute(
+                q.migration_record, {"name": "0001_initial", "applied_at": "2024-01-01T00:00:00.000000Z"}
+            )
+            conn.execute(
+                "INSERT INTO jobchain_job (id, type_name, chain_id, chain_type_name, chain_index, status,"
+                " created_at, scheduled_at) VALUES (?, 't', ?, 't', 0, 'pending', ?, ?)",
+                (old.id, old.id, "2024-01-01T00:00:00.000000Z", "2024-01-01T00:00:00.000000Z"),
+            )
+        conn.close()
+        adapter = SqliteStateAdapter(SqliteOptions(path=str(db_path)))
+        try:
+            await adapter.migrate()
+            async with adapter.transaction() as tx:
+                before = await tx.job_get(JobGet(job_id=old.id))
+                claimed = await tx.jobs_acquire(
+                    JobsAcquire(type_names=["t"], worker_id="w", lease_for=timedelta(minutes=1))
+                )
+        finally:
+            await adapter.close()
+        assert before is not None
+        assert (before.first_attempt_at, before.attempt_started_at) == (None, None)
+        [job] = claimed.jobs
+        assert job.id == old.id
+        assert job.first_attempt_at is not None
+        assert job.attempt_started_at == job.first_attempt_at
+        with sqlite3.connect(db_path) as conn:
+            names = [row[0] for row in conn.execute("SELECT name FROM jobchain_migration ORDER BY name")]
+        conn.close()
+        assert names == ["0001_initial", "0002_attempt_start"]
 
     async def test_status_outside_the_state_machine_is_rejected_by_the_database(
         self, adapter: SqliteStateAdapter, db_path: Path

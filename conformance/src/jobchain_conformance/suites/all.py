@@ -37,6 +37,7 @@ from jobchain_conformance.suites.state_acquire import (
     JobsAcquireTests,
     JobsReapExpiredTests,
 )
+from jobchain_conformance.suites.state_attempts import JobAttemptTimesTests
 from jobchain_conformance.suites.state_chains import (
     ChainGetTests,
     JobBlockersGetTests,
@@ -77,6 +78,7 @@ class StateAdapterSuite(
     JobCompleteTests,
     JobCompleteUnblockingTests,
     JobsReapExpiredTests,
+    JobAttemptTimesTests,
     JobsTriggerTests,
     ChainsDeleteTests,
     ChainsListTests,

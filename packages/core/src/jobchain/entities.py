@@ -133,6 +133,10 @@ class Job:
     attempt: int = 0
     last_attempt_at: datetime | None = None
     last_attempt_error: str | None = None
+    first_attempt_at: datetime | None = None
+    """When a worker first claimed the job (None while it was never claimed)."""
+    attempt_started_at: datetime | None = None
+    """When the current (or, once finished, the last) attempt was claimed."""
     leased_by: str | None = None
     leased_until: datetime | None = None
     lease_generation: int = 0

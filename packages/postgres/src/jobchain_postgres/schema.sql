@@ -39,6 +39,8 @@ CREATE TABLE {job} (
     trace_context       jsonb,
     chain_trace_context jsonb,
     open_blocker_count  integer NOT NULL DEFAULT 0,  -- blocker chains not yet complete
+    first_attempt_at    timestamptz,                 -- set by the first claim, then kept
+    attempt_started_at  timestamptz,                 -- set by every claim (the current/last attempt)
     CHECK ((chain_index = 0) = (id = chain_id))
 ) WITH (
     fillfactor = 75,

@@ -100,7 +100,7 @@ def queries(prefix: str) -> Queries:
     return Queries(**values)
 
 
-MIGRATIONS: tuple[str, ...] = ("0001_initial",)
+MIGRATIONS: tuple[str, ...] = ("0001_initial", "0002_attempt_start")
 """Migration names in the order they apply; each is ``migrations/<name>.sql``."""
 
 

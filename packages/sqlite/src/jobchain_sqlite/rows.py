@@ -80,6 +80,8 @@ def job_from_row(row: Row) -> Job:
         attempt=row["attempt"],
         last_attempt_at=_opt_parse(row["last_attempt_at"]),
         last_attempt_error=row["last_attempt_error"],
+        first_attempt_at=_opt_parse(row["first_attempt_at"]),
+        attempt_started_at=_opt_parse(row["attempt_started_at"]),
         leased_by=row["leased_by"],
         leased_until=_opt_parse(row["leased_until"]),
         lease_generation=row["lease_generation"],

@@ -218,6 +218,8 @@ def jobs_acquire(ctx: Ctx, params: JobsAcquire, now: datetime) -> JobsAcquired:
             lease_generation=job.lease_generation + 1,
             leased_by=params.worker_id,
             leased_until=now + params.lease_for,
+            first_attempt_at=job.first_attempt_at if job.first_attempt_at is not None else now,
+            attempt_started_at=now,
         )
         claimed.append(ctx.put(running))
     return JobsAcquired(jobs=claimed, has_more=has_more)

@@ -26,7 +26,9 @@ claimed AS (
         attempt = j.attempt + 1,
         lease_generation = j.lease_generation + 1,
         leased_by = %(worker_id)s,
-        leased_until = COALESCE(%(now)s::timestamptz, statement_timestamp()) + %(lease_for)s::interval
+        leased_until = COALESCE(%(now)s::timestamptz, statement_timestamp()) + %(lease_for)s::interval,
+        first_attempt_at = COALESCE(j.first_attempt_at, %(now)s::timestamptz, statement_timestamp()),
+        attempt_started_at = COALESCE(%(now)s::timestamptz, statement_timestamp())
     FROM next
     WHERE j.id = next.id
       AND j.status = 'pending'

@@ -3,6 +3,7 @@
 -- a listing index and sort every pending job. No SKIP LOCKED is needed: SQLite runs one
 -- writer at a time, so the inner SELECT and the UPDATE see the same rows and no other
 -- transaction can claim them.
+-- Every claim stamps attempt_started_at; only the first one stamps first_attempt_at.
 -- has_more_after: whether an eligible pending job sorts after this row. Evaluated on the
 -- claimed row that sorts last, it is the batch's has_more: every job after it was not
 -- claimed and stays pending while the UPDATE runs (the key columns never change here).
@@ -11,7 +12,9 @@ SET status = 'running',
     attempt = attempt + 1,
     lease_generation = lease_generation + 1,
     leased_by = :worker_id,
-    leased_until = :leased_until
+    leased_until = :leased_until,
+    first_attempt_at = COALESCE(first_attempt_at, :now),
+    attempt_started_at = :now
 WHERE id IN (
     SELECT c.id FROM {p}job c INDEXED BY {p}job_acquisition_idx
     WHERE c.status = 'pending'
