@@ -29,24 +29,49 @@ leaders AS (
     WHERE i.chain_id IS NULL AND i.dedup_key IS NOT NULL
     ORDER BY i.dedup_key, i.chain_type_name, i.ord
 ),
-matches AS (
+matches AS MATERIALIZED (
+    -- The newest root (created_at, then id) each leader deduplicates onto. The plan must not
+    -- depend on statistics: bulk loads run on tables never analyzed, and a generic plan cached
+    -- while the table was empty lives on. Before, an unanalyzed table got a plan that ran the
+    -- lookups once per leader per leader, each walking every root of the chain type through a
+    -- listing index (100 new keys over 2 000 roots: about a minute). Now:
+    -- * MATERIALIZED: the lookups run once per leader, never again per row of plan.
+    -- * The inner scan is fenced (OFFSET 0: no outer condition is pushed into it) and sorted by
+    --   (deduplication_key, created_at DESC). "= ANY (ARRAY[key])" matches exactly like "= key"
+    --   but is no equivalence, so the key stays in that order, and only job_deduplication_idx
+    --   yields it without a sort; its conditions (key, window start) are index conditions there.
+    --   A listing index would need a sort of every candidate and so never wins.
+    -- * The walk goes newest first and stops after the first allowed created_at (WITH TIES keeps
+    --   the roots created at that same instant); only those are sorted by id for the tie-break.
     SELECT l.ord, m.id
     FROM leaders AS l
     CROSS JOIN clock
     CROSS JOIN LATERAL (
-        SELECT r.id
-        FROM {job} AS r
-        WHERE r.deduplication_key = l.dedup_key
-          AND r.chain_index = 0
-          AND r.chain_type_name = l.chain_type_name
-          AND (l.dedup_window IS NULL OR r.created_at >= clock.now - make_interval(secs => l.dedup_window))
-          AND r.id <> ALL (ARRAY(SELECT e::uuid FROM jsonb_array_elements_text(l.dedup_exclude) AS e))
-          AND (
-              l.dedup_scope = 'any'
-              OR (SELECT c.status FROM {job} AS c WHERE c.chain_id = r.id ORDER BY c.chain_index DESC LIMIT 1)
-                 <> 'completed'
-          )
-        ORDER BY r.created_at DESC, r.id DESC
+        SELECT newest.id
+        FROM (
+            SELECT k.id
+            FROM (
+                SELECT r.id, r.chain_type_name, r.deduplication_key, r.created_at
+                FROM {job} AS r
+                WHERE r.deduplication_key = ANY (ARRAY[l.dedup_key])
+                  AND r.chain_index = 0
+                  AND r.created_at >= COALESCE(
+                      clock.now - make_interval(secs => l.dedup_window), '-infinity'::timestamptz
+                  )
+                ORDER BY r.deduplication_key, r.created_at DESC
+                OFFSET 0
+            ) AS k
+            WHERE k.chain_type_name = l.chain_type_name
+              AND k.id <> ALL (ARRAY(SELECT e::uuid FROM jsonb_array_elements_text(l.dedup_exclude) AS e))
+              AND (
+                  l.dedup_scope = 'any'
+                  OR (SELECT c.status FROM {job} AS c WHERE c.chain_id = k.id ORDER BY c.chain_index DESC LIMIT 1)
+                     <> 'completed'
+              )
+            ORDER BY k.deduplication_key, k.created_at DESC
+            FETCH FIRST 1 ROW WITH TIES
+        ) AS newest
+        ORDER BY newest.id DESC
         LIMIT 1
     ) AS m
 ),
