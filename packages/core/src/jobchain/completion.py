@@ -15,6 +15,7 @@ from typing import Any, Generic, TypeVar
 from jobchain.contracts.state import (
     MAX_PAGE_SIZE,
     ChainsList,
+    CompletesJobsInBatches,
     JobComplete,
     JobCompleted,
     JobCreated,
@@ -22,8 +23,15 @@ from jobchain.contracts.state import (
     NewJob,
     StateTx,
 )
-from jobchain.entities import Chain, Job, JobStatus, Schedule, new_id, validate_id
-from jobchain.errors import ChainNotFoundError, InvalidArgumentError, JobAlreadyCompletedError
+from jobchain.entities import Chain, Job, JobStatus, JsonValue, Schedule, new_id, validate_id
+from jobchain.errors import (
+    ChainNotFoundError,
+    InvalidArgumentError,
+    JobAlreadyCompletedError,
+    JobchainError,
+    JobNotFoundError,
+    JobTakenByAnotherWorkerError,
+)
 from jobchain.job_types import JobType, JobTypes
 from jobchain.transactions import Transaction, TransactionHooks
 
@@ -173,6 +181,59 @@ async def finish_job(
         continuation=created.job if created is not None else None,
         continuation_deduplicated=created.deduplicated if created is not None else False,
     )
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class PlainCompletion:
+    """A worker's completion of ``job`` with an output already encoded by its job type."""
+
+    job: Job
+    output: JsonValue
+    worker_id: str
+    now: datetime | None = None
+
+
+COMPLETION_REFUSALS = (JobNotFoundError, JobAlreadyCompletedError, JobTakenByAnotherWorkerError)
+"""The errors with which a state adapter refuses a completion without writing anything."""
+
+
+async def complete_jobs(
+    tx: Transaction, items: Sequence[PlainCompletion]
+) -> list[JobFinished | JobchainError]:
+    """Complete several claimed jobs in ``tx``, in one round trip where the adapter can.
+
+    A refused completion is returned in its place and writes nothing; the others go ahead.
+    """
+    params = [
+        JobComplete(
+            job_id=item.job.id,
+            output=item.output,
+            worker_id=item.worker_id,
+            lease_generation=item.job.lease_generation,
+            now=item.now,
+        )
+        for item in items
+    ]
+    state = tx.state
+    results: list[JobCompleted | JobchainError]
+    if isinstance(state, CompletesJobsInBatches):
+        results = await state.jobs_complete(params)
+    else:
+        results = []
+        for one in params:
+            try:
+                results.append(await state.job_complete(one))
+            except COMPLETION_REFUSALS as refused:
+                results.append(refused)
+    finished: list[JobFinished | JobchainError] = []
+    for item, result in zip(items, results, strict=True):
+        if isinstance(result, JobchainError):
+            finished.append(result)
+            continue
+        running = item.job.status is JobStatus.RUNNING
+        _buffer_finished(tx.hooks, result, None, worker_id=item.worker_id, running=running)
+        finished.append(JobFinished(completed=result))
+    return finished
 
 
 async def _continuation_job(

@@ -8,7 +8,7 @@ The one exception is :meth:`job_complete` when its row is locked by another tran
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Mapping, Sequence
+from collections.abc import AsyncIterator, Awaitable, Mapping, Sequence
 from contextlib import AbstractAsyncContextManager, asynccontextmanager, suppress
 from datetime import datetime, timedelta
 from typing import Any
@@ -318,30 +318,48 @@ class PostgresStateTx(ListingsMixin):
 
     async def job_complete(self, params: JobComplete) -> JobCompleted:
         job_id = self._existing_id(params.job_id)
-        query_params = {
-            "job_id": job_id,
-            "worker_id": params.worker_id,
-            "lease_generation": params.lease_generation,
-            "output": json_text(params.output),
-            "now": _check_now(params.now),
-        }
+        query_params = _complete_params(job_id, params)
         shape, rows = await self._rows(self._q.job_complete, query_params, write=True)
         if rows and shape.scalar(rows[0], "_busy"):
             # Another transaction holds the row: wait for it, then decide with a fresh snapshot.
             await self._rows(self._q.job_lock, {"job_id": job_id}, write=True)
             shape, rows = await self._rows(self._q.job_complete, query_params, write=True)
-        target = next(row for row in rows if shape.scalar(row, "_kind") == "target")
-        job = _owned_result(shape, [target], params.job_id, params.worker_id)
-        status = shape.scalar(target, "_status")
-        unblocked = [shape.must_job(row) for row in rows if row is not target]
-        unblocked.sort(key=lambda j: (j.created_at, j.id))
-        return JobCompleted(
-            job=job,
-            chain_completed=bool(shape.scalar(target, "_chain_completed")),
-            unblocked_jobs=unblocked,
-            previous_leased_by=shape.scalar(target, "_leased_by"),
-            was_running=status == "running",
+        return _completed(shape, rows, params)
+
+    async def jobs_complete(self, params: Sequence[JobComplete]) -> list[JobCompleted | JobchainError]:
+        """Complete many jobs in one statement, each decided as job_complete decides it. A job
+        another transaction holds then takes job_complete's waiting path on its own."""
+        self._check(write=True)
+        ids = [uuid_or_none(item.job_id) for item in params]
+        if not params or None in ids or len(set(ids)) != len(ids):
+            return [await _refused_or(self.job_complete(item)) for item in params]
+        shape, rows = await self._rows(
+            self._q.jobs_complete,
+            {
+                "job_ids": ids,
+                "worker_ids": [item.worker_id for item in params],
+                "lease_generations": [item.lease_generation for item in params],
+                "outputs": [json_text(item.output) for item in params],
+                "nows": [_check_now(item.now) for item in params],
+            },
+            write=True,
         )
+        by_position: dict[int, list[Row]] = {}
+        for row in rows:
+            rows_of = by_position.setdefault(shape.scalar(row, "_position"), [])
+            # The target row first: _completed reads it, then the jobs it unblocked.
+            if shape.scalar(row, "_kind") == "target":
+                rows_of.insert(0, row)
+            else:
+                rows_of.append(row)
+        results: list[JobCompleted | JobchainError] = []
+        for position, item in enumerate(params, start=1):
+            rows_of = by_position[position]
+            if shape.scalar(rows_of[0], "_busy"):
+                results.append(await _refused_or(self.job_complete(item)))
+            else:
+                results.append(_completed_or_refusal(shape, rows_of, item))
+        return results
 
     def _existing_id(self, job_id: str) -> str:
         canonical = uuid_or_none(job_id)
@@ -430,6 +448,49 @@ def _chain(shape: Shape, row: Row) -> Chain:
     root, last = shape.must_job(row, 0), shape.must_job(row, 1)
     # A lone root read under lock: the locked (fresher) row is authoritative for both halves.
     return Chain(last, last) if root.id == last.id else Chain(root, last)
+
+
+def _complete_params(job_id: str, params: JobComplete) -> dict[str, Any]:
+    return {
+        "job_id": job_id,
+        "worker_id": params.worker_id,
+        "lease_generation": params.lease_generation,
+        "output": json_text(params.output),
+        "now": _check_now(params.now),
+    }
+
+
+def _completed(shape: Shape, rows: list[Row], params: JobComplete) -> JobCompleted:
+    """The result of one job_complete statement, or the refusal it reports."""
+    target = next(row for row in rows if shape.scalar(row, "_kind") == "target")
+    job = _owned_result(shape, [target], params.job_id, params.worker_id)
+    status = shape.scalar(target, "_status")
+    unblocked = [shape.must_job(row) for row in rows if row is not target]
+    unblocked.sort(key=lambda j: (j.created_at, j.id))
+    return JobCompleted(
+        job=job,
+        chain_completed=bool(shape.scalar(target, "_chain_completed")),
+        unblocked_jobs=unblocked,
+        previous_leased_by=shape.scalar(target, "_leased_by"),
+        was_running=status == "running",
+    )
+
+
+_REFUSALS = (JobNotFoundError, JobAlreadyCompletedError, JobTakenByAnotherWorkerError)
+
+
+def _completed_or_refusal(shape: Shape, rows: list[Row], params: JobComplete) -> JobCompleted | JobchainError:
+    try:
+        return _completed(shape, rows, params)
+    except _REFUSALS as refused:
+        return refused
+
+
+async def _refused_or(pending: Awaitable[JobCompleted]) -> JobCompleted | JobchainError:
+    try:
+        return await pending
+    except _REFUSALS as refused:
+        return refused
 
 
 def _owned_result(shape: Shape, rows: list[Row], job_id: str, worker_id: str | None) -> Job:

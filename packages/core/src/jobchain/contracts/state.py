@@ -14,7 +14,7 @@ from typing import Literal, Protocol, runtime_checkable
 
 from jobchain.contracts.capabilities import Capability
 from jobchain.entities import Chain, Deduplication, Job, JsonValue, Page, Schedule
-from jobchain.errors import BlockerReference, InvalidArgumentError, InvalidPageSizeError
+from jobchain.errors import BlockerReference, InvalidArgumentError, InvalidPageSizeError, JobchainError
 
 DEFAULT_PAGE_SIZE = 50
 MAX_PAGE_SIZE = 500
@@ -393,4 +393,17 @@ class ObservesCallerCommits(Protocol):
     ) -> bool:
         """Arrange ``on_commit`` after ``connection``'s transaction commits (``on_rollback`` if
         it rolls back). Return False if this connection offers no way to observe that."""
+        ...
+
+
+@runtime_checkable
+class CompletesJobsInBatches(Protocol):
+    """Optional: a state transaction that completes many jobs in one round trip."""
+
+    async def jobs_complete(self, params: Sequence[JobComplete]) -> list[JobCompleted | JobchainError]:
+        """Complete each job exactly as ``job_complete`` would, in order, in this transaction.
+
+        A refusal (JobNotFoundError, JobAlreadyCompletedError, JobTakenByAnotherWorkerError)
+        changes nothing and is returned in that job's place; any other error fails the call.
+        """
         ...

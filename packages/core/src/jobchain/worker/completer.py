@@ -20,9 +20,8 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
-from jobchain.completion import JobFinished, finish_job
+from jobchain.completion import JobFinished, PlainCompletion, complete_jobs, finish_job
 from jobchain.entities import Job
-from jobchain.errors import JobAlreadyCompletedError, JobNotFoundError, JobTakenByAnotherWorkerError
 
 if TYPE_CHECKING:
     from jobchain.client import Client
@@ -31,8 +30,6 @@ log = logging.getLogger("jobchain.worker")
 
 DEFAULT_GROUP_SIZE = 100
 """Most completions written in one transaction."""
-
-_REFUSALS = (JobNotFoundError, JobAlreadyCompletedError, JobTakenByAnotherWorkerError)
 
 
 def _new_future() -> asyncio.Future[JobFinished]:
@@ -79,16 +76,10 @@ class CompletionGroups:
                     await self._write_alone(request)
 
     async def _write_group(self, group: list[_Request]) -> None:
-        results: list[tuple[_Request, JobFinished | BaseException]] = []
+        items = [PlainCompletion(job=r.job, output=r.output, worker_id=r.worker_id, now=r.now) for r in group]
         async with self._client.transaction() as tx:
-            for request in group:
-                try:
-                    finished = await self._finish(tx, request)
-                except _REFUSALS as refused:
-                    results.append((request, refused))
-                else:
-                    results.append((request, finished))
-        for request, result in results:
+            results = await complete_jobs(tx, items)
+        for request, result in zip(group, results, strict=True):
             _settle(request, result)
 
     async def _write_alone(self, request: _Request) -> None:

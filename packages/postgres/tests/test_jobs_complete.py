@@ -1,0 +1,140 @@
+"""PostgresStateTx.jobs_complete: many completions in one pipeline, each decided as job_complete would."""
+
+from __future__ import annotations
+
+import asyncio
+from datetime import timedelta
+
+from jobchain.contracts import (
+    CompletesJobsInBatches,
+    JobComplete,
+    JobCompleted,
+    JobGet,
+    JobsAcquire,
+    JobsCreate,
+    NewJob,
+)
+from jobchain.entities import JobStatus, new_id
+from jobchain.errors import JobAlreadyCompletedError, JobNotFoundError, JobTakenByAnotherWorkerError
+from jobchain_postgres import PostgresStateAdapter
+
+LEASE = timedelta(seconds=30)
+
+
+def _new(type_name: str, **fields: object) -> NewJob:
+    return NewJob(id=new_id(), type_name=type_name, chain_type_name=type_name, **fields)  # type: ignore[arg-type]
+
+
+async def test_each_completion_is_decided_on_its_own_in_one_call(pg_state: PostgresStateAdapter) -> None:
+    mine, stolen, done_before, blocker = _new("t"), _new("t"), _new("t"), _new("t")
+    dependent = _new("dep", blocker_chain_ids=[blocker.id])
+    async with pg_state.transaction() as tx:
+        await tx.jobs_create(JobsCreate(jobs=[mine, stolen, done_before, blocker, dependent]))
+        claimed = await tx.jobs_acquire(
+            JobsAcquire(type_names=["t"], worker_id="w", lease_for=LEASE, limit=4)
+        )
+    generation = {job.id: job.lease_generation for job in claimed.jobs}
+    async with pg_state.transaction() as tx:
+        await tx.job_complete(JobComplete(job_id=done_before.id, worker_id="w"))
+
+    async with pg_state.transaction() as tx:
+        assert isinstance(tx, CompletesJobsInBatches)
+        results = await tx.jobs_complete(
+            [
+                JobComplete(
+                    job_id=mine.id, output={"n": 1}, worker_id="w", lease_generation=generation[mine.id]
+                ),
+                JobComplete(job_id=stolen.id, worker_id="w", lease_generation=generation[stolen.id] + 1),
+                JobComplete(job_id="not-a-uuid", worker_id="w"),
+                JobComplete(job_id=done_before.id, worker_id="w"),
+                JobComplete(job_id=blocker.id, output=[1, 2], worker_id="w"),
+            ]
+        )
+    assert [type(r) for r in results] == [
+        JobCompleted,
+        JobTakenByAnotherWorkerError,
+        JobNotFoundError,
+        JobAlreadyCompletedError,
+        JobCompleted,
+    ]
+    first, last = results[0], results[4]
+    assert isinstance(first, JobCompleted)
+    assert isinstance(last, JobCompleted)
+    assert first.job.output == {"n": 1}
+    assert first.chain_completed
+    assert first.was_running
+    assert [job.id for job in last.unblocked_jobs] == [dependent.id]
+
+    async with pg_state.transaction(read_only=True) as tx:
+        untouched = await tx.job_get(JobGet(job_id=stolen.id))
+        released = await tx.job_get(JobGet(job_id=dependent.id))
+    assert untouched is not None
+    assert untouched.status is JobStatus.RUNNING
+    assert released is not None
+    assert released.status is JobStatus.PENDING
+
+
+async def test_a_job_held_by_another_transaction_takes_the_slow_path(pg_state: PostgresStateAdapter) -> None:
+    held, free = _new("t"), _new("t")
+    async with pg_state.transaction() as tx:
+        await tx.jobs_create(JobsCreate(jobs=[held, free]))
+        await tx.jobs_acquire(JobsAcquire(type_names=["t"], worker_id="w", lease_for=LEASE, limit=2))
+
+    locked, release = asyncio.Event(), asyncio.Event()
+
+    async def hold() -> None:
+        async with pg_state.transaction() as tx:
+            await tx.job_get(JobGet(job_id=held.id, lock=True))
+            locked.set()
+            await release.wait()
+
+    holder = asyncio.create_task(hold())
+    await locked.wait()
+
+    async def complete_both() -> list[JobCompleted | Exception]:
+        async with pg_state.transaction() as tx:
+            return list(
+                await tx.jobs_complete(
+                    [JobComplete(job_id=free.id, worker_id="w"), JobComplete(job_id=held.id, worker_id="w")]
+                )
+            )
+
+    completing = asyncio.create_task(complete_both())
+    await asyncio.sleep(0.2)
+    assert not completing.done()  # waits for the holder, as job_complete does
+    release.set()
+    await holder
+    results = await completing
+    assert all(isinstance(r, JobCompleted) for r in results)
+    assert [r.job.id for r in results if isinstance(r, JobCompleted)] == [free.id, held.id]
+
+
+async def test_blockers_completing_together_release_their_dependents_exactly(
+    pg_state: PostgresStateAdapter,
+) -> None:
+    a, b, c = _new("t"), _new("t"), _new("t")
+    both = _new("dep", blocker_chain_ids=[a.id, b.id])
+    all_three = _new("dep", blocker_chain_ids=[a.id, b.id, c.id])
+    async with pg_state.transaction() as tx:
+        await tx.jobs_create(JobsCreate(jobs=[a, b, c, both, all_three]))
+        await tx.jobs_acquire(JobsAcquire(type_names=["t"], worker_id="w", lease_for=LEASE, limit=3))
+    async with pg_state.transaction() as tx:
+        results = await tx.jobs_complete(
+            [JobComplete(job_id=a.id, worker_id="w"), JobComplete(job_id=b.id, worker_id="w")]
+        )
+    first, second = results
+    assert isinstance(first, JobCompleted)
+    assert isinstance(second, JobCompleted)
+    assert first.unblocked_jobs == []
+    assert [job.id for job in second.unblocked_jobs] == [both.id]
+    async with pg_state.transaction(read_only=True) as tx:
+        released = await tx.job_get(JobGet(job_id=both.id))
+        waiting = await tx.job_get(JobGet(job_id=all_three.id))
+    assert released is not None
+    assert released.status is JobStatus.PENDING
+    assert waiting is not None
+    assert waiting.status is JobStatus.BLOCKED
+    async with pg_state.transaction() as tx:
+        [last] = await tx.jobs_complete([JobComplete(job_id=c.id, worker_id="w")])
+    assert isinstance(last, JobCompleted)
+    assert [job.id for job in last.unblocked_jobs] == [all_three.id]
