@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import math
+import shutil
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
@@ -14,6 +15,7 @@ import sparkkit
 
 from jobchain.connect_backends import open_state
 from jobchain_spark import SparkOptionError
+from jobchain_spark.archive import archive
 from jobchain_spark.report import build_report
 from jobchain_spark.report_output import CHARTS, write_report
 
@@ -30,29 +32,35 @@ def at(seconds: float) -> Any:
 async def _seed(url: str) -> None:
     state = await open_state(url)
     try:
-        for i in range(4):  # latencies 10, 20, 30, 40 s
+        for i in range(4):  # latencies 10, 20, 30, 40 s; waits 2, 4, 6, 8 s; runs 8, 16, 24, 32 s
             [job] = await sparkkit.create(state, "resize", 1, at(60 * i))
-            await sparkkit.run(state, job, started=at(60 * i + 1), finished=at(60 * i + 10 * (i + 1)))
-        [job] = await sparkkit.create(state, "resize", 1, at(600))  # fails once, then 60 s latency
-        await sparkkit.run(state, job, started=at(601), finished=at(605), fail_with="boom", retry_at=at(630))
+            started, finished = at(60 * i + 2 * (i + 1)), at(60 * i + 10 * (i + 1))
+            await sparkkit.run(state, job, started=started, finished=finished)
+        # Fails once, then 60 s latency; waits 3 s for its first attempt, the last one runs 30 s.
+        [job] = await sparkkit.create(state, "resize", 1, at(600))
+        await sparkkit.run(state, job, started=at(603), finished=at(605), fail_with="boom", retry_at=at(630))
         await sparkkit.run(state, job, started=at(630), finished=at(660))
-        for _ in range(2):  # two emails in hour 1, 5 s each
+        for started in (3601, 3603):  # two emails in hour 1, 5 s latency: waits 1 and 3 s, runs 4 and 2 s
             [mail] = await sparkkit.create(
                 state, "send_email", 1, at(3600), input={"to": "a", "subject": "b"}
             )
-            await sparkkit.run(state, mail, started=at(3601), finished=at(3605))
+            await sparkkit.run(state, mail, started=at(started), finished=at(3605))
         [stuck] = await sparkkit.create(state, "resize", 1, at(7200))  # pending again after a timeout
         await sparkkit.run(
             state,
             stuck,
-            started=at(7201),
+            started=at(7205),  # waited 5 s; no run time (not completed)
             finished=at(7210),
             fail_with="timeout\nat line 3",
             retry_at=at(36000),
         )
-        await sparkkit.create(state, "resize", 1, at(9000))
+        await sparkkit.create(state, "resize", 1, at(9000))  # never claimed: no wait time
     finally:
         await state.close()
+
+
+def _triple(row: Any, name: str) -> tuple[float, float, float]:
+    return (row[f"{name}_p50_s"], row[f"{name}_p95_s"], row[f"{name}_p99_s"])
 
 
 def test_report_figures_on_a_known_history(spark: Any, sqlite_url: str, tmp_path: Path) -> None:
@@ -67,6 +75,24 @@ def test_report_figures_on_a_known_history(spark: Any, sqlite_url: str, tmp_path
     assert resize["oldest_pending_age_s"] == 3 * 3600 - 7200
     assert (email["jobs"], email["latency_p50_s"], email["latency_p99_s"]) == (2, 5, 5)
     assert pd.isna(email["oldest_pending_age_s"])
+    # Wait over the 6 claimed resize jobs (2, 3, 4, 5, 6, 8 s), run over the 5 completed ones
+    # (8, 16, 24, 30, 32 s: the retried job counts its last attempt only). Nearest rank.
+    assert _triple(resize, "wait") == (4, 8, 8)
+    assert _triple(resize, "run") == (24, 32, 32)
+    assert _triple(email, "wait") == (1, 3, 3)
+    assert _triple(email, "run") == (2, 4, 4)
+    assert report.notes == ()
+
+    timing = {(r.type_name, r.period.hour): r for r in report.tables["timing"].itertuples()}
+    assert set(timing) == {("resize", 0), ("send_email", 1), ("resize", 2)}
+    hour0, hour1, hour2 = timing["resize", 0], timing["send_email", 1], timing["resize", 2]
+    assert (hour0.waited, hour0.ran) == (5, 5)
+    assert (hour0.wait_p50_s, hour0.wait_p95_s, hour0.wait_p99_s) == (4, 8, 8)  # 2, 3, 4, 6, 8
+    assert (hour0.run_p50_s, hour0.run_p95_s, hour0.run_p99_s) == (24, 32, 32)
+    assert (hour1.waited, hour1.wait_p50_s, hour1.wait_p99_s) == (2, 1, 3)
+    assert (hour1.ran, hour1.run_p50_s, hour1.run_p99_s) == (2, 2, 4)
+    assert (hour2.waited, hour2.wait_p50_s, hour2.ran) == (1, 5, 0)  # the 9000 s job never ran
+    assert pd.isna(hour2.run_p50_s)
 
     throughput = report.tables["throughput"]
     rows = {(r.type_name, r.period.hour): (r.started, r.completed) for r in throughput.itertuples()}
@@ -82,6 +108,8 @@ def test_report_figures_on_a_known_history(spark: Any, sqlite_url: str, tmp_path
 
     html_path = write_report(report, tmp_path / "out")
     html = html_path.read_text()
+    assert "Wait and run time per hour" in html
+    assert "attempt start times" not in html
     for name in CHARTS.values():
         assert f"charts/{name}" in html
         png = (tmp_path / "out" / "charts" / name).read_bytes()
@@ -93,6 +121,59 @@ def test_report_figures_on_a_known_history(spark: Any, sqlite_url: str, tmp_path
             pd.read_csv(tmp_path / "out" / "tables" / f"{table}.csv").shape[0]
             == report.tables[table].shape[0]
         )
+
+
+async def _seed_for_archive(url: str) -> None:
+    """Three chains completed on days 0-2 (to archive), two on day 25 (kept live)."""
+    state = await open_state(url)
+    try:
+        for d in range(3):  # 100 s latency each
+            created = T0 + timedelta(days=d)
+            [job] = await sparkkit.create(state, "resize", 1, created)
+            await sparkkit.run(
+                state, job, started=created + timedelta(seconds=50), finished=created + timedelta(seconds=100)
+            )
+        live = T0 + timedelta(days=25)
+        for offset, wait, run in ((0, 10, 30), (3600, 20, 60)):
+            [job] = await sparkkit.create(state, "resize", 1, live + timedelta(seconds=offset))
+            started = live + timedelta(seconds=offset + wait)
+            await sparkkit.run(state, job, started=started, finished=started + timedelta(seconds=run))
+    finally:
+        await state.close()
+
+
+def _strip_attempt_times(spark: Any, root: Path) -> None:
+    """Rewrite the archived jobs as an archive written before attempt start times existed."""
+    jobs = root / "jobs"
+    old = spark.read.parquet(str(jobs)).drop("first_attempt_at", "attempt_started_at")
+    old.write.partitionBy("completed_date", "chain_type", "run_id").parquet(str(root / "jobs_old"))
+    shutil.rmtree(jobs)
+    (root / "jobs_old").rename(jobs)
+    assert "first_attempt_at" not in spark.read.parquet(str(jobs)).columns
+
+
+def test_report_over_an_archive_written_before_attempt_start_times(
+    spark: Any, sqlite_url: str, tmp_path: Path
+) -> None:
+    asyncio.run(_seed_for_archive(sqlite_url))
+    now = T0 + timedelta(days=30)
+    root = tmp_path / "archive"
+    result = archive(spark, url=sqlite_url, to=str(root), older_than=timedelta(days=10), now=now)
+    assert (result.jobs, result.deleted) == (3, 3)
+    _strip_attempt_times(spark, root)
+
+    report = build_report(spark, url=sqlite_url, archive=str(root), period="day", now=now)
+    resize = report.tables["summary"].set_index("type_name").loc["resize"]
+    assert (resize["jobs"], resize["completed"]) == (5, 5)
+    assert (resize["latency_p50_s"], resize["latency_p99_s"]) == (100, 100)  # 100, 100, 100, 40, 80
+    assert _triple(resize, "wait") == (10, 20, 20)  # the two live jobs only
+    assert _triple(resize, "run") == (30, 60, 60)
+    assert report.notes == (
+        "3 of 5 claimed jobs have no attempt start times (claimed before the state tables recorded "
+        "them, or archived before the archive kept them); wait and run times leave them out",
+    )
+    timing = {(r.type_name, r.period.day): (r.waited, r.ran) for r in report.tables["timing"].itertuples()}
+    assert timing == {("resize", 26): (2, 2)}  # 2024-03-26: day 25 after T0
 
 
 def test_report_rejects_an_unknown_period(spark: Any, sqlite_url: str) -> None:

@@ -24,6 +24,7 @@ from jobchain_spark.bulk_partition import PartitionResult, start_partition
 from jobchain_spark.bulk_rows import (
     DEFAULT_BATCH_SIZE,
     DEFAULT_WINDOW,
+    MAX_BATCH_SIZE,
     BulkSettings,
     OnInvalid,
     check_row,
@@ -89,8 +90,11 @@ def build_settings(
     registry.check_entry(resolved)
     if on_invalid not in ("fail", "reject"):
         raise SparkOptionError("on_invalid", f"must be 'fail' or 'reject', got {on_invalid!r}")
-    if isinstance(batch_size, bool) or not isinstance(batch_size, int) or not 1 <= batch_size <= 500:
-        raise SparkOptionError("batch_size", f"must be an integer from 1 to 500, got {batch_size!r}")
+    valid_batch = isinstance(batch_size, int) and not isinstance(batch_size, bool)
+    if not valid_batch or not 1 <= batch_size <= MAX_BATCH_SIZE:
+        raise SparkOptionError(
+            "batch_size", f"must be an integer from 1 to {MAX_BATCH_SIZE}, got {batch_size!r}"
+        )
     if not isinstance(window, timedelta) or window <= timedelta(0):
         raise SparkOptionError("window", f"must be a positive timedelta, got {window!r}")
     columns = {f.name: f.dataType for f in schema.fields}

@@ -8,11 +8,19 @@ groups of up to 10,000 values, within 0.01% of rank beyond).
 Times and their definitions:
 
 - ``latency``: created → completed, over completed jobs.
-- ``wait`` (created → first attempt) and ``run`` (last attempt start → completed) need the
-  attempt start times; the state tables record only ``last_attempt_at`` (when the last
-  *failed* attempt ended). When the source has ``first_attempt_at`` / ``attempt_started_at``
-  columns they are used; otherwise these figures are empty and the report says so.
+- ``wait``: created → first attempt (``first_attempt_at``: the first claim by a worker), over
+  every job that was claimed at least once, whatever its status now.
+- ``run``: start of the last attempt (``attempt_started_at``: its claim) → completed, over
+  completed jobs that a worker claimed. A job completed without ever being claimed has no
+  run time.
 - ``retry delay``: last failed attempt → completion, over completed jobs that were retried.
+
+The ``summary`` table has the percentiles per job type; the ``timing`` table has ``wait`` and
+``run`` per job type and period, wait in the period the job was created, run in the period it
+completed (as ``throughput`` counts started and completed jobs). The attempt start times are
+recorded by jobchain-sqlite migration ``0002_attempt_start`` and jobchain-postgres migration
+``0003_attempt_start`` on; jobs claimed earlier, and archives written before, have none and
+are left out of these figures (the report says how many).
 """
 
 from __future__ import annotations
@@ -49,23 +57,92 @@ class Report:
 
 
 def _union(live: DataFrame, archived: DataFrame | None) -> DataFrame:
+    """Live rows plus archived rows not live any more, in the live columns.
+
+    Archive files written by an older version lack newer columns (``first_attempt_at``,
+    ``attempt_started_at``): those read as null. A row in both (archived, deletion not yet
+    finished) is taken from the live table, which has every column.
+    """
     if archived is None:
         return live
-    columns = live.columns
-    return live.unionByName(archived.select(*columns)).dropDuplicates(["id"])
+    shared = [c for c in live.columns if c in archived.columns]
+    older = archived.select(*shared).join(live.select("id"), "id", "left_anti")
+    return live.unionByName(older, allowMissingColumns=True).select(*live.columns)
 
 
 def _seconds(later: Column, earlier: Column) -> Column:
     return later.cast("double") - earlier.cast("double")
 
 
-def _percentiles(df: DataFrame, value: Column, name: str) -> DataFrame:
+def _percentiles(df: DataFrame, value: Column, name: str, *by: str | Column) -> DataFrame:
+    """p50/p95/p99 of ``value`` (seconds) per ``type_name`` and ``by``; nulls are left out."""
     from pyspark.sql import functions as sf
 
     q = sf.percentile_approx(value, list(QUANTILES), ACCURACY)
-    return df.groupBy("type_name").agg(
+    return df.groupBy("type_name", *by).agg(
         q[0].alias(f"{name}_p50_s"), q[1].alias(f"{name}_p95_s"), q[2].alias(f"{name}_p99_s")
     )
+
+
+def _timing(jobs: DataFrame, done: DataFrame, period: str) -> DataFrame:
+    """Wait and run percentiles per job type and period (wait by creation, run by completion)."""
+    from pyspark.sql import functions as sf
+
+    claimed = jobs.where(sf.col("first_attempt_at").isNotNull())
+    ran = done.where(sf.col("attempt_started_at").isNotNull())
+    created = sf.date_trunc(period, "created_at").alias("period")
+    completed = sf.date_trunc(period, "completed_at").alias("period")
+    waits = (
+        claimed.groupBy("type_name", created)
+        .agg(sf.count(sf.lit(1)).alias("waited"))
+        .join(
+            _percentiles(
+                claimed, _seconds(sf.col("first_attempt_at"), sf.col("created_at")), "wait", created
+            ),
+            ["type_name", "period"],
+        )
+    )
+    runs = (
+        ran.groupBy("type_name", completed)
+        .agg(sf.count(sf.lit(1)).alias("ran"))
+        .join(
+            _percentiles(
+                ran, _seconds(sf.col("completed_at"), sf.col("attempt_started_at")), "run", completed
+            ),
+            ["type_name", "period"],
+        )
+    )
+    return (
+        waits.join(runs, ["type_name", "period"], "full_outer")
+        .fillna(0, ["waited", "ran"])
+        .select(
+            "type_name",
+            "period",
+            "waited",
+            *[f"wait_p{q}_s" for q in (50, 95, 99)],
+            "ran",
+            *[f"run_p{q}_s" for q in (50, 95, 99)],
+        )
+        .orderBy("type_name", "period")
+    )
+
+
+def _attempt_time_notes(jobs: DataFrame) -> list[str]:
+    """Say when claimed jobs lack attempt start times (claimed before they were recorded)."""
+    from pyspark.sql import functions as sf
+
+    row = jobs.agg(
+        sf.count(sf.when(sf.col("attempt") > 0, 1)).alias("claimed"),
+        sf.count(sf.when((sf.col("attempt") > 0) & sf.col("first_attempt_at").isNull(), 1)).alias("missing"),
+    ).first()
+    claimed, missing = (int(row["claimed"]), int(row["missing"])) if row is not None else (0, 0)
+    if not missing:
+        return []
+    return [
+        f"{missing} of {claimed} claimed jobs have no attempt start times (claimed before the state "
+        "tables recorded them, or archived before the archive kept them); wait and run times leave "
+        "them out"
+    ]
 
 
 def build_report(
@@ -131,22 +208,25 @@ def build_report(
         "type_name",
         "left",
     )
-    if "first_attempt_at" in jobs.columns:
-        summary = summary.join(
-            _percentiles(done, _seconds(sf.col("first_attempt_at"), sf.col("created_at")), "wait"),
-            "type_name",
-            "left",
-        )
-    else:
-        notes.append("wait time needs attempt start times, which these state tables do not record")
-    if "attempt_started_at" in jobs.columns:
-        summary = summary.join(
-            _percentiles(done, _seconds(sf.col("completed_at"), sf.col("attempt_started_at")), "run"),
-            "type_name",
-            "left",
-        )
-    else:
-        notes.append("run time needs attempt start times, which these state tables do not record")
+    summary = summary.join(
+        _percentiles(
+            jobs.where(sf.col("first_attempt_at").isNotNull()),
+            _seconds(sf.col("first_attempt_at"), sf.col("created_at")),
+            "wait",
+        ),
+        "type_name",
+        "left",
+    )
+    summary = summary.join(
+        _percentiles(
+            done.where(sf.col("attempt_started_at").isNotNull()),
+            _seconds(sf.col("completed_at"), sf.col("attempt_started_at")),
+            "run",
+        ),
+        "type_name",
+        "left",
+    )
+    notes.extend(_attempt_time_notes(jobs))
 
     attempts = (
         jobs.where(sf.col("attempt") > 0)
@@ -169,6 +249,7 @@ def build_report(
     tables = {
         "throughput": throughput.toPandas(),
         "summary": summary.orderBy("type_name").toPandas(),
+        "timing": _timing(jobs, done, period).toPandas(),
         "attempts": attempts.toPandas(),
         "errors": errors.toPandas(),
         "chains_by_status": by_status.toPandas(),

@@ -56,6 +56,21 @@ def _latency_chart(df: pd.DataFrame, path: Path) -> None:
     _save(fig, path)
 
 
+def _wait_run_chart(df: pd.DataFrame, path: Path) -> None:
+    fig, axes = plt.subplots(1, 2, figsize=(12, 4))
+    panels = [("wait", "created → first attempt"), ("run", "last attempt start → completed")]
+    for ax, (name, meaning) in zip(axes, panels, strict=True):
+        columns = [f"{name}_p50_s", f"{name}_p95_s", f"{name}_p99_s"]
+        data = df.set_index("type_name")[columns].dropna(how="all") if not df.empty else df
+        if data.empty:
+            _empty(ax, f"{name} times")
+        else:
+            data.plot.bar(ax=ax)
+            ax.set_ylabel(f"seconds ({meaning})")
+        ax.set_title(f"{name.capitalize()} time percentiles by job type")
+    _save(fig, path)
+
+
 def _attempts_chart(df: pd.DataFrame, path: Path) -> None:
     fig, ax = plt.subplots(figsize=(9, 4))
     if df.empty:
@@ -95,6 +110,7 @@ def _errors_chart(df: pd.DataFrame, path: Path) -> None:
 CHARTS = {
     "throughput": "throughput.png",
     "latency": "latency.png",
+    "wait_run": "wait_run.png",
     "attempts": "attempts.png",
     "chains_by_status": "chains_by_status.png",
     "errors": "errors.png",
@@ -109,6 +125,7 @@ def write_report(report: Report, out: str | Path) -> Path:
     t = report.tables
     _throughput_chart(t["throughput"], root / "charts" / CHARTS["throughput"], report.period)
     _latency_chart(t["summary"], root / "charts" / CHARTS["latency"])
+    _wait_run_chart(t["summary"], root / "charts" / CHARTS["wait_run"])
     _attempts_chart(t["attempts"], root / "charts" / CHARTS["attempts"])
     _status_chart(t["chains_by_status"], root / "charts" / CHARTS["chains_by_status"])
     _errors_chart(t["errors"], root / "charts" / CHARTS["errors"])
@@ -133,6 +150,7 @@ def _html(report: Report) -> str:
     sections = [
         ("Throughput", "throughput", "throughput"),
         ("Summary by job type", "summary", "latency"),
+        (f"Wait and run time per {report.period}", "timing", "wait_run"),
         ("Attempts", "attempts", "attempts"),
         ("Top errors", "errors", "errors"),
         ("Chains by status", "chains_by_status", "chains_by_status"),

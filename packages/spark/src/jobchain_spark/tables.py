@@ -1,6 +1,8 @@
 """The three readable tables of the job history and their typed Spark schemas.
 
-``jobs`` has every column of the documented job table. ``chains`` has one row per chain (its
+``jobs`` has every column of the documented job table (``first_attempt_at`` and
+``attempt_started_at`` are NULL for jobs never claimed, for jobs claimed before the state
+migration that added them, and in archives written before this version). ``chains`` has one row per chain (its
 root joined with its last job, as the client's ``Chain`` pairs them). ``blockers`` has one
 row per blocker declaration, with the blocked job's chain id and creation time so it can be
 split and filtered like the others. ``input``, ``output`` and trace contexts are JSON text:
@@ -64,6 +66,8 @@ JOB_COLUMNS: Final = (
     _i("attempt"),
     _t("last_attempt_at"),
     _s("last_attempt_error"),
+    _t("first_attempt_at"),
+    _t("attempt_started_at"),
     _s("leased_by"),
     _t("leased_until"),
     Column("lease_generation", LongType(), False),

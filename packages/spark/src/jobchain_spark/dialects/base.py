@@ -35,6 +35,8 @@ EXPRESSIONS: Final[dict[str, dict[str, str]]] = {
         "created_at": "j.created_at",
         "scheduled_at": "j.scheduled_at",
         "last_attempt_at": "j.last_attempt_at",
+        "first_attempt_at": "j.first_attempt_at",
+        "attempt_started_at": "j.attempt_started_at",
         "leased_until": "j.leased_until",
         "completed_at": "j.completed_at",
         "deduplication_key": "j.deduplication_key",

@@ -3,7 +3,8 @@
 SELECT
     j.id, j.chain_id, j.type_name, j.chain_type_name, j.chain_index, j.status,
     j.input, j.output, j.created_at, j.scheduled_at, j.attempt, j.last_attempt_at,
-    j.last_attempt_error, j.leased_by, j.leased_until, j.lease_generation, j.completed_at,
-    j.completed_by, j.deduplication_key, j.trace_context, j.chain_trace_context
+    j.last_attempt_error, j.first_attempt_at, j.attempt_started_at, j.leased_by, j.leased_until,
+    j.lease_generation, j.completed_at, j.completed_by, j.deduplication_key, j.trace_context,
+    j.chain_trace_context
 FROM {job} j
 WHERE {where}
