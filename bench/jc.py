@@ -104,12 +104,14 @@ def processors(counter: Counter, mode: str) -> Processors:
 async def work(cfg: dict[str, Any]) -> dict[str, Any]:
     client = await connect(cfg["state"], cfg.get("notify", "none"))
     counter = Counter(cfg["n"], cfg.get("rss_marks", []))
+    # "atomic/no-group": the same handler with the worker's group commit turned off.
+    mode, _, variant = cfg["mode"].partition("/")
     worker = Worker(
         client,
-        processors(counter, cfg["mode"]),
+        processors(counter, mode),
         concurrency=cfg["concurrency"],
         prefetch=cfg.get("prefetch", 0),
-        group_commit=cfg.get("group_commit", True),
+        group_commit=variant != "no-group",
         poll_interval=cfg.get("poll_interval", 1.0),
     )
     rss_start = rss_bytes()

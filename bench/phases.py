@@ -50,6 +50,7 @@ JC_PROCESS = [
     ("staged", 10, 0, False),
     ("atomic", 20, 20, False),
     ("staged", 20, 20, False),
+    ("atomic/no-group", 10, 10, False),  # group commit off: what it buys, in the same run
 ]
 BEST_JC = ("atomic", 10, 10)  # the history and long-run phases use this configuration
 # (batch_size, max_concurrent_tasks, primary): cap 10 forces batch <= 5; batch 10 cap 20 was its best.

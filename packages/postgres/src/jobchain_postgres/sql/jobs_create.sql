@@ -202,6 +202,16 @@ new_blockers AS (
         SELECT new_steps.id FROM new_steps WHERE NOT new_steps.existed
     )
     RETURNING job_id
+),
+found AS (
+    -- Every row the batch answers with, keyed by (chain_id, chain_index): new roots, new or
+    -- existing continuations, and existing roots that deduplication matched.
+    SELECT r.* FROM new_roots AS r
+    UNION ALL
+    SELECT s.* FROM new_steps AS s
+    UNION ALL
+    SELECT e.*, true FROM {job} AS e
+    WHERE e.id IN (SELECT p.match_id FROM plan AS p WHERE p.match_id IS NOT NULL)
 )
 SELECT
     p.ord AS _ord,
@@ -213,14 +223,14 @@ SELECT
     found.*
 FROM plan AS p
 LEFT JOIN open_blockers AS o ON o.ord = p.ord
-LEFT JOIN LATERAL (
-    SELECT r.* FROM new_roots AS r
-    WHERE p.chain_id IS NULL AND p.match_id IS NULL AND r.id = COALESCE(p.leader_id, p.id)
-    UNION ALL
-    SELECT s.* FROM new_steps AS s
-    WHERE p.chain_id IS NOT NULL AND s.chain_id = p.chain_id AND s.chain_index = p.chain_index
-    UNION ALL
-    SELECT e.*, true FROM {job} AS e
-    WHERE p.match_id IS NOT NULL AND e.id = p.match_id
-) AS found ON true
+-- An equi-join on one key per item (hashable), not a per-item scan of the new rows: a batch of
+-- n items stays O(n). A root answers with itself, its batch leader or its match (all chain
+-- index 0, chain_id = id); a continuation with the row at its (chain_id, chain_index).
+LEFT JOIN found
+    ON found.chain_id = CASE
+           WHEN p.chain_id IS NOT NULL THEN p.chain_id
+           WHEN p.match_id IS NOT NULL THEN p.match_id
+           ELSE COALESCE(p.leader_id, p.id)
+       END
+   AND found.chain_index = CASE WHEN p.chain_id IS NOT NULL THEN p.chain_index ELSE 0 END
 ORDER BY p.ord
