@@ -120,7 +120,7 @@ class IntegrationEnv:
         options.setdefault("lease", self.lease)
         options.setdefault("retry", ZERO_BACKOFF)
         options.setdefault("recovery", FAST_RECOVERY)
-        options.setdefault("shutdown_timeout", self.wait_timeout)
+        options.setdefault("shutdown_timeout", min(self.wait_timeout, 10.0))
         worker = Worker(client, processors, **options)
         self._workers.append(worker)
         return worker
@@ -302,7 +302,7 @@ class IntegrationSuiteBase:
         duration=timedelta(milliseconds=300), renew_every=timedelta(milliseconds=50)
     )
     """Lease of the cases where a lease must run out (reaper cases)."""
-    wait_timeout: float = 10.0
+    wait_timeout: float = 30.0
     """Upper bound of every wait; a passing case takes a small fraction of it."""
 
     @pytest.fixture
