@@ -33,7 +33,16 @@ DEFAULT_GROUP_SIZE = 100
 
 
 def _new_future() -> asyncio.Future[JobFinished]:
-    return asyncio.get_running_loop().create_future()
+    future: asyncio.Future[JobFinished] = asyncio.get_running_loop().create_future()
+    # An attempt cancelled while its group was written never reads the outcome; mark a
+    # refusal as seen so asyncio does not log it as never retrieved.
+    future.add_done_callback(_seen)
+    return future
+
+
+def _seen(future: asyncio.Future[JobFinished]) -> None:
+    if not future.cancelled():
+        future.exception()
 
 
 @dataclass(slots=True)
