@@ -13,6 +13,7 @@ from datetime import datetime
 from typing import Any, Generic, TypeVar
 
 from jobchain.contracts.state import (
+    COMPLETION_REFUSALS,
     MAX_PAGE_SIZE,
     ChainsList,
     CompletesJobsInBatches,
@@ -24,14 +25,7 @@ from jobchain.contracts.state import (
     StateTx,
 )
 from jobchain.entities import Chain, Job, JobStatus, JsonValue, Schedule, new_id, validate_id
-from jobchain.errors import (
-    ChainNotFoundError,
-    InvalidArgumentError,
-    JobAlreadyCompletedError,
-    JobchainError,
-    JobNotFoundError,
-    JobTakenByAnotherWorkerError,
-)
+from jobchain.errors import ChainNotFoundError, InvalidArgumentError, JobAlreadyCompletedError, JobchainError
 from jobchain.job_types import JobType, JobTypes
 from jobchain.transactions import Transaction, TransactionHooks
 
@@ -141,13 +135,11 @@ async def finish_job(
     output: Any = None,
     continuation: ContinuationSpec | None = None,
     now: datetime | None = None,
-    output_is_encoded: bool = False,
 ) -> JobFinished:
     """Complete ``job`` with ``output``, or hand its chain over to ``continuation``.
 
     Everything is validated before the first write. ``worker_id=None`` is a workerless
     completion: if the job was running, its worker is told it lost ownership.
-    ``output_is_encoded`` says ``output`` already went through the type's ``encode_output``.
     """
     if job.status is JobStatus.COMPLETED:
         raise JobAlreadyCompletedError(job.id)
@@ -155,7 +147,7 @@ async def finish_job(
     new_job: NewJob | None = None
     encoded_output: Any = None
     if continuation is None:
-        encoded_output = output if output_is_encoded else job_type.encode_output(output)
+        encoded_output = job_type.encode_output(output)
     else:
         if output is not None:
             raise InvalidArgumentError("pass either an output or a continuation, not both")
@@ -191,10 +183,6 @@ class PlainCompletion:
     output: JsonValue
     worker_id: str
     now: datetime | None = None
-
-
-COMPLETION_REFUSALS = (JobNotFoundError, JobAlreadyCompletedError, JobTakenByAnotherWorkerError)
-"""The errors with which a state adapter refuses a completion without writing anything."""
 
 
 async def complete_jobs(

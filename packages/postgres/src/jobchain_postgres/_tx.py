@@ -16,6 +16,7 @@ from typing import Any
 from psycopg.pq import TransactionStatus
 
 from jobchain.contracts.state import (
+    COMPLETION_REFUSALS,
     ChainGet,
     ChainsDelete,
     ChainsDeleted,
@@ -346,16 +347,11 @@ class PostgresStateTx(ListingsMixin):
         )
         by_position: dict[int, list[Row]] = {}
         for row in rows:
-            rows_of = by_position.setdefault(shape.scalar(row, "_position"), [])
-            # The target row first: _completed reads it, then the jobs it unblocked.
-            if shape.scalar(row, "_kind") == "target":
-                rows_of.insert(0, row)
-            else:
-                rows_of.append(row)
+            by_position.setdefault(shape.scalar(row, "_position"), []).append(row)
         results: list[JobCompleted | JobchainError] = []
         for position, item in enumerate(params, start=1):
             rows_of = by_position[position]
-            if shape.scalar(rows_of[0], "_busy"):
+            if shape.scalar(_target(shape, rows_of), "_busy"):
                 results.append(await _refused_or(self.job_complete(item)))
             else:
                 results.append(_completed_or_refusal(shape, rows_of, item))
@@ -460,9 +456,14 @@ def _complete_params(job_id: str, params: JobComplete) -> dict[str, Any]:
     }
 
 
+def _target(shape: Shape, rows: list[Row]) -> Row:
+    """The row describing the completed job itself (the others are jobs it unblocked)."""
+    return next(row for row in rows if shape.scalar(row, "_kind") == "target")
+
+
 def _completed(shape: Shape, rows: list[Row], params: JobComplete) -> JobCompleted:
     """The result of one job_complete statement, or the refusal it reports."""
-    target = next(row for row in rows if shape.scalar(row, "_kind") == "target")
+    target = _target(shape, rows)
     job = _owned_result(shape, [target], params.job_id, params.worker_id)
     status = shape.scalar(target, "_status")
     unblocked = [shape.must_job(row) for row in rows if row is not target]
@@ -476,20 +477,17 @@ def _completed(shape: Shape, rows: list[Row], params: JobComplete) -> JobComplet
     )
 
 
-_REFUSALS = (JobNotFoundError, JobAlreadyCompletedError, JobTakenByAnotherWorkerError)
-
-
 def _completed_or_refusal(shape: Shape, rows: list[Row], params: JobComplete) -> JobCompleted | JobchainError:
     try:
         return _completed(shape, rows, params)
-    except _REFUSALS as refused:
+    except COMPLETION_REFUSALS as refused:
         return refused
 
 
 async def _refused_or(pending: Awaitable[JobCompleted]) -> JobCompleted | JobchainError:
     try:
         return await pending
-    except _REFUSALS as refused:
+    except COMPLETION_REFUSALS as refused:
         return refused
 
 

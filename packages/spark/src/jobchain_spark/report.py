@@ -92,26 +92,8 @@ def _timing(jobs: DataFrame, done: DataFrame, period: str) -> DataFrame:
     ran = done.where(sf.col("attempt_started_at").isNotNull())
     created = sf.date_trunc(period, "created_at").alias("period")
     completed = sf.date_trunc(period, "completed_at").alias("period")
-    waits = (
-        claimed.groupBy("type_name", created)
-        .agg(sf.count(sf.lit(1)).alias("waited"))
-        .join(
-            _percentiles(
-                claimed, _seconds(sf.col("first_attempt_at"), sf.col("created_at")), "wait", created
-            ),
-            ["type_name", "period"],
-        )
-    )
-    runs = (
-        ran.groupBy("type_name", completed)
-        .agg(sf.count(sf.lit(1)).alias("ran"))
-        .join(
-            _percentiles(
-                ran, _seconds(sf.col("completed_at"), sf.col("attempt_started_at")), "run", completed
-            ),
-            ["type_name", "period"],
-        )
-    )
+    waits = _period_durations(claimed, created, "created_at", "first_attempt_at", "wait", "waited")
+    runs = _period_durations(ran, completed, "attempt_started_at", "completed_at", "run", "ran")
     return (
         waits.join(runs, ["type_name", "period"], "full_outer")
         .fillna(0, ["waited", "ran"])
@@ -124,6 +106,21 @@ def _timing(jobs: DataFrame, done: DataFrame, period: str) -> DataFrame:
             *[f"run_p{q}_s" for q in (50, 95, 99)],
         )
         .orderBy("type_name", "period")
+    )
+
+
+def _period_durations(
+    frame: DataFrame, period: Column, since: str, until: str, name: str, count: str
+) -> DataFrame:
+    """Per job type and ``period``: how many rows, and the ``name`` percentiles of ``until - since``."""
+    from pyspark.sql import functions as sf
+
+    return (
+        frame.groupBy("type_name", period)
+        .agg(sf.count(sf.lit(1)).alias(count))
+        .join(
+            _percentiles(frame, _seconds(sf.col(until), sf.col(since)), name, period), ["type_name", "period"]
+        )
     )
 
 

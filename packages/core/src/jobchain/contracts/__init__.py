@@ -5,6 +5,7 @@ from jobchain.contracts.notify import Listener, NotifyAdapter, Unsubscribe
 from jobchain.contracts.observe import Event, NoopObserver, Observer
 from jobchain.contracts.providers import StateProvider
 from jobchain.contracts.state import (
+    COMPLETION_REFUSALS,
     DEFAULT_PAGE_SIZE,
     MAX_PAGE_SIZE,
     BlockedJobsList,
@@ -36,6 +37,7 @@ from jobchain.contracts.state import (
 )
 
 __all__ = [
+    "COMPLETION_REFUSALS",
     "DEFAULT_PAGE_SIZE",
     "MAX_PAGE_SIZE",
     "BlockedJobsList",

@@ -14,7 +14,15 @@ from typing import Literal, Protocol, runtime_checkable
 
 from jobchain.contracts.capabilities import Capability
 from jobchain.entities import Chain, Deduplication, Job, JsonValue, Page, Schedule
-from jobchain.errors import BlockerReference, InvalidArgumentError, InvalidPageSizeError, JobchainError
+from jobchain.errors import (
+    BlockerReference,
+    InvalidArgumentError,
+    InvalidPageSizeError,
+    JobAlreadyCompletedError,
+    JobchainError,
+    JobNotFoundError,
+    JobTakenByAnotherWorkerError,
+)
 
 DEFAULT_PAGE_SIZE = 50
 MAX_PAGE_SIZE = 500
@@ -394,6 +402,10 @@ class ObservesCallerCommits(Protocol):
         """Arrange ``on_commit`` after ``connection``'s transaction commits (``on_rollback`` if
         it rolls back). Return False if this connection offers no way to observe that."""
         ...
+
+
+COMPLETION_REFUSALS = (JobNotFoundError, JobAlreadyCompletedError, JobTakenByAnotherWorkerError)
+"""The errors with which a state adapter refuses a completion without writing anything."""
 
 
 @runtime_checkable

@@ -233,7 +233,6 @@ class Attempt(Generic[I, O]):
             and not self._prepared
             and continuation is None
             and callback is None
-            and self._tx is None
             and not self._processor.middleware
         )
 

@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
-from jobchain.completion import JobFinished, PlainCompletion, complete_jobs, finish_job
+from jobchain.completion import JobFinished, PlainCompletion, complete_jobs
 from jobchain.entities import Job
 
 if TYPE_CHECKING:
@@ -93,25 +93,9 @@ class CompletionGroups:
 
     async def _write_alone(self, request: _Request) -> None:
         try:
-            async with self._client.transaction() as tx:
-                finished = await self._finish(tx, request)
+            await self._write_group([request])
         except Exception as error:
             _settle(request, error)
-        else:
-            _settle(request, finished)
-
-    async def _finish(self, tx: Any, request: _Request) -> JobFinished:
-        job = request.job
-        return await finish_job(
-            tx,
-            job,
-            self._client.job_types,
-            worker_id=request.worker_id,
-            lease_generation=job.lease_generation,
-            output=request.output,
-            now=request.now,
-            output_is_encoded=True,
-        )
 
 
 def _settle(request: _Request, result: JobFinished | BaseException) -> None:
