@@ -2,9 +2,17 @@
 
 Three statements at most, whatever the batch size: one read (jobs_create_lookup) that finds
 colliding ids, existing continuations, chain roots, deduplication matches and blocker chain
-states; one multi-row INSERT … RETURNING; one multi-row blocker INSERT (only when some job
-declares blockers). SQLite has no writable CTEs, so the three cannot be a single statement;
-the write lock taken at BEGIN IMMEDIATE keeps the read and the writes consistent.
+states; one multi-row INSERT; one multi-row blocker INSERT (only when some job declares
+blockers). SQLite has no writable CTEs, so the three cannot be a single statement; the write
+lock taken at BEGIN IMMEDIATE keeps the read and the writes consistent.
+
+A batch of plain new chains (no deduplication, no blockers, no continuation) has nothing to
+look up: it is the INSERT alone, whose primary key catches a colliding id. On a collision
+(the statement then inserted nothing) the batch takes the general path, whose lookup names
+the colliding id exactly as it always has.
+
+The returned jobs are built from the values inserted, never read back: a new job's stored
+columns are exactly those values (created_at is ``now``; the rest hold their defaults).
 """
 
 from __future__ import annotations
@@ -15,10 +23,11 @@ from datetime import datetime
 from typing import Any
 
 from jobchain.contracts.state import JobCreated, JobsCreate, NewJob
-from jobchain.entities import Job, JobStatus, utcnow, validate_id
-from jobchain.errors import ChainNotFoundError, DuplicateJobIdError, InvalidArgumentError
+from jobchain.entities import Job, JobStatus, JsonValue, utcnow, validate_id
+from jobchain.errors import ChainNotFoundError, DuplicateJobIdError, InvalidArgumentError, JobchainError
 from jobchain_sqlite.context import TxContext
-from jobchain_sqlite.rows import dump_json, fmt_time, job_from_row, json_list
+from jobchain_sqlite.errors import is_constraint_violation
+from jobchain_sqlite.rows import dump_json, fmt_time, job_from_row, json_list, parse_time
 
 
 @dataclass(slots=True)
@@ -98,6 +107,38 @@ async def jobs_create(ctx: TxContext, params: JobsCreate) -> list[JobCreated]:
         return []
     _validate(jobs)
     now = params.now or utcnow()
+    if all(job.chain_id is None and job.deduplication is None and not job.blocker_chain_ids for job in jobs):
+        created = await _create_plain_roots(ctx, jobs, now)
+        if created is not None:
+            return created
+    return await _create(ctx, jobs, now)
+
+
+async def _create_plain_roots(ctx: TxContext, jobs: list[NewJob], now: datetime) -> list[JobCreated] | None:
+    """Insert new chains that need no lookup; None when an id collides (the caller then
+    takes the general path, which reports the collision)."""
+    if len({job.id for job in jobs}) != len(jobs):
+        return None
+    now_text = fmt_time(now)
+    items = [_insert_item(job, now, blocked=False) for job in jobs]
+    try:
+        await ctx.fetch(
+            ctx.q.jobs_create, {"jobs": json.dumps(items, separators=(",", ":")), "now": now_text}
+        )
+    except JobchainError as error:
+        # A colliding id fails the primary key or, for an existing chain's id, the unique
+        # (chain_id, chain_index) index first. One statement: nothing of the batch was inserted.
+        if is_constraint_violation(error):
+            return None
+        raise
+    created_at = parse_time(now_text)
+    return [
+        JobCreated(job=_inserted_job(job, item, created_at, now_text))
+        for job, item in zip(jobs, items, strict=True)
+    ]
+
+
+async def _create(ctx: TxContext, jobs: list[NewJob], now: datetime) -> list[JobCreated]:
     found = await _lookup(ctx, jobs, now)
 
     results: list[JobCreated | None] = [None] * len(jobs)
@@ -133,7 +174,7 @@ async def jobs_create(ctx: TxContext, params: JobsCreate) -> list[JobCreated]:
         inserted[job.id] = i
 
     new_chain_ids = {job_id for job_id, i in inserted.items() if jobs[i].chain_id is None}
-    rows: list[dict[str, Any]] = []
+    rows: list[list[Any]] = []
     blocker_rows: list[dict[str, Any]] = []
     incomplete: dict[int, tuple[str, ...]] = {}
     for job_id, i in inserted.items():
@@ -148,17 +189,21 @@ async def jobs_create(ctx: TxContext, params: JobsCreate) -> list[JobCreated]:
             if c in new_chain_ids or found.blocker_status.get(c) is not JobStatus.COMPLETED
         )
         blocker_rows.extend({"job_id": job_id, "chain_id": c, "idx": n} for n, c in enumerate(blockers))
-        rows.append(_insert_row(job, now, blocked=bool(incomplete[i])))
+        rows.append(_insert_item(job, now, blocked=bool(incomplete[i])))
 
     if rows:
-        returned = await ctx.fetch(
+        now_text = fmt_time(now)
+        await ctx.fetch(
             ctx.q.jobs_create,
-            {"jobs": json.dumps(rows, separators=(",", ":")), "now": fmt_time(now)},
+            {"jobs": json.dumps(rows, separators=(",", ":")), "now": now_text},
             job_ids=list(inserted),
         )
-        by_id = {row["id"]: job_from_row(row) for row in returned}
-        for job_id, i in inserted.items():
-            results[i] = JobCreated(job=by_id[job_id], incomplete_blocker_chain_ids=incomplete[i])
+        created_at = parse_time(now_text)
+        for item, i in zip(rows, inserted.values(), strict=True):
+            results[i] = JobCreated(
+                job=_inserted_job(jobs[i], item, created_at, now_text),
+                incomplete_blocker_chain_ids=incomplete[i],
+            )
     if blocker_rows:
         await ctx.fetch(ctx.q.job_blockers_add, {"blockers": json.dumps(blocker_rows, separators=(",", ":"))})
 
@@ -169,22 +214,55 @@ async def jobs_create(ctx: TxContext, params: JobsCreate) -> list[JobCreated]:
     return [result for result in results if result is not None]
 
 
-def _insert_row(job: NewJob, now: datetime, *, blocked: bool) -> dict[str, Any]:
+def _insert_item(job: NewJob, now: datetime, *, blocked: bool) -> list[Any]:
+    """The values jobs_create.sql inserts for ``job``, in its item order."""
     scheduled = job.schedule.resolve(now) if job.schedule is not None else now
     dedup = job.deduplication  # stored on continuations too; only roots are matched
-    return {
-        "id": job.id,
-        "type_name": job.type_name,
-        "chain_id": job.chain_id or job.id,
-        "chain_type_name": job.chain_type_name,
-        "chain_index": job.chain_index,
-        "status": "blocked" if blocked else "pending",
-        "input": dump_json(job.input, f"input of job {job.id}"),
-        "scheduled_at": fmt_time(scheduled),
-        "deduplication_key": dedup.key if dedup else None,
-        "trace_context": dump_json(job.trace_context, "trace_context"),
-        "chain_trace_context": dump_json(job.chain_trace_context, "chain_trace_context"),
-    }
+    return [
+        job.id,
+        job.type_name,
+        job.chain_id or job.id,
+        job.chain_type_name,
+        job.chain_index,
+        "blocked" if blocked else "pending",
+        dump_json(job.input, f"input of job {job.id}"),
+        fmt_time(scheduled),
+        dedup.key if dedup else None,
+        dump_json(job.trace_context, "trace_context"),
+        dump_json(job.chain_trace_context, "chain_trace_context"),
+    ]
+
+
+_SAME_AFTER_JSON = (str, int, float, bool)  # json.loads(json.dumps(v)) == v, same type
+
+
+def _stored(value: JsonValue, text: str | None) -> JsonValue:
+    """What reading the column back gives: ``value`` as JSON decodes its stored ``text``."""
+    if text is None:
+        return None
+    if type(value) in _SAME_AFTER_JSON:
+        return value
+    loaded: JsonValue = json.loads(text)
+    return loaded
+
+
+def _inserted_job(job: NewJob, item: list[Any], created_at: datetime, now_text: str) -> Job:
+    """The Job a read of the row just inserted from ``item`` would return."""
+    scheduled_text: str = item[7]
+    return Job(
+        id=job.id,
+        chain_id=item[2],
+        type_name=job.type_name,
+        chain_type_name=job.chain_type_name,
+        chain_index=job.chain_index,
+        status=JobStatus.BLOCKED if item[5] == "blocked" else JobStatus.PENDING,
+        input=_stored(job.input, item[6]),
+        created_at=created_at,
+        scheduled_at=created_at if scheduled_text == now_text else parse_time(scheduled_text),
+        deduplication_key=item[8],
+        trace_context=_stored(job.trace_context, item[9]),
+        chain_trace_context=_stored(job.chain_trace_context, item[10]),
+    )
 
 
 __all__ = ["jobs_create"]

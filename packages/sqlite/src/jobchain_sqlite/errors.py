@@ -102,6 +102,13 @@ def translate(exc: BaseException, path: str, prefix: str, job_ids: Sequence[str]
     return SqliteStateError(f"{where}: {message}", path)
 
 
+def is_constraint_violation(error: BaseException) -> bool:
+    """Whether ``error`` (translated or not) comes from a failed constraint (SQLite then undid
+    only the failing statement; the transaction goes on)."""
+    cause = error if error.__cause__ is None else error.__cause__
+    return _kind(_driver_error(cause)) == "IntegrityError"
+
+
 @contextmanager
 def translating(path: str, prefix: str, job_ids: Sequence[str] = ()) -> Iterator[None]:
     """Re-raise driver errors raised inside the block as jobchain errors."""
@@ -124,6 +131,7 @@ __all__ = [
     "SchemaTooNewError",
     "SqliteStateError",
     "SqliteVersionError",
+    "is_constraint_violation",
     "translate",
     "translating",
 ]

@@ -7,6 +7,7 @@ Times are stored as fixed-width ISO-8601 UTC text with microseconds
 from __future__ import annotations
 
 import json
+import sqlite3
 from collections.abc import Iterable, Sequence
 from datetime import UTC, datetime
 from typing import Any, Protocol
@@ -41,10 +42,6 @@ def parse_time(text: str) -> datetime:
     return datetime.fromisoformat(text)
 
 
-def _opt_parse(text: str | None) -> datetime | None:
-    return None if text is None else datetime.fromisoformat(text)
-
-
 def dump_json(value: JsonValue, what: str = "value") -> str | None:
     """JSON text for a column; ``None`` is stored as SQL NULL."""
     if value is None:
@@ -64,32 +61,122 @@ def json_list(values: Iterable[object]) -> str:
     return json.dumps(list(values), separators=(",", ":"))
 
 
+JOB_COLUMNS: tuple[str, ...] = (
+    "id",
+    "type_name",
+    "chain_id",
+    "chain_type_name",
+    "chain_index",
+    "status",
+    "input",
+    "output",
+    "created_at",
+    "scheduled_at",
+    "attempt",
+    "last_attempt_at",
+    "last_attempt_error",
+    "leased_by",
+    "leased_until",
+    "lease_generation",
+    "completed_at",
+    "completed_by",
+    "deduplication_key",
+    "trace_context",
+    "chain_trace_context",
+    "first_attempt_at",
+    "attempt_started_at",
+)
+"""The job table's columns in table order (0001_initial, then 0002_attempt_start's two).
+
+Every statement that returns jobs selects ``*`` / ``j.*`` first, so on the adapter's own
+connections (``sqlite3.Row``) these are the row's first columns and are read by position.
+"""
+
+_STATUS: dict[str, JobStatus] = {status.value: status for status in JobStatus}
+_fromisoformat = datetime.fromisoformat
+_loads = json.loads
+
+
 def job_from_row(row: Row) -> Job:
-    """Build a Job from a row holding every column of the job table."""
+    """Build a Job from a row whose first columns are the job table's (``*`` or ``j.*`` first)."""
+    if type(row) is sqlite3.Row:
+        # By position: a sqlite3.Row looks a name up by comparing it with every column name,
+        # which made decoding the costliest step of a claim or a completion.
+        (
+            id_,
+            type_name,
+            chain_id,
+            chain_type_name,
+            chain_index,
+            status,
+            input_,
+            output,
+            created_at,
+            scheduled_at,
+            attempt,
+            last_attempt_at,
+            last_attempt_error,
+            leased_by,
+            leased_until,
+            lease_generation,
+            completed_at,
+            completed_by,
+            deduplication_key,
+            trace_context,
+            chain_trace_context,
+            first_attempt_at,
+            attempt_started_at,
+        ) = row[:23]
+    else:
+        (
+            id_,
+            type_name,
+            chain_id,
+            chain_type_name,
+            chain_index,
+            status,
+            input_,
+            output,
+            created_at,
+            scheduled_at,
+            attempt,
+            last_attempt_at,
+            last_attempt_error,
+            leased_by,
+            leased_until,
+            lease_generation,
+            completed_at,
+            completed_by,
+            deduplication_key,
+            trace_context,
+            chain_trace_context,
+            first_attempt_at,
+            attempt_started_at,
+        ) = [row[name] for name in JOB_COLUMNS]
     return Job(
-        id=row["id"],
-        chain_id=row["chain_id"],
-        type_name=row["type_name"],
-        chain_type_name=row["chain_type_name"],
-        chain_index=row["chain_index"],
-        status=JobStatus(row["status"]),
-        input=load_json(row["input"]),
-        output=load_json(row["output"]),
-        created_at=datetime.fromisoformat(row["created_at"]),
-        scheduled_at=datetime.fromisoformat(row["scheduled_at"]),
-        attempt=row["attempt"],
-        last_attempt_at=_opt_parse(row["last_attempt_at"]),
-        last_attempt_error=row["last_attempt_error"],
-        first_attempt_at=_opt_parse(row["first_attempt_at"]),
-        attempt_started_at=_opt_parse(row["attempt_started_at"]),
-        leased_by=row["leased_by"],
-        leased_until=_opt_parse(row["leased_until"]),
-        lease_generation=row["lease_generation"],
-        completed_at=_opt_parse(row["completed_at"]),
-        completed_by=row["completed_by"],
-        deduplication_key=row["deduplication_key"],
-        trace_context=load_json(row["trace_context"]),
-        chain_trace_context=load_json(row["chain_trace_context"]),
+        id=id_,
+        chain_id=chain_id,
+        type_name=type_name,
+        chain_type_name=chain_type_name,
+        chain_index=chain_index,
+        status=_STATUS[status],
+        input=None if input_ is None else _loads(input_),
+        output=None if output is None else _loads(output),
+        created_at=_fromisoformat(created_at),
+        scheduled_at=_fromisoformat(scheduled_at),
+        attempt=attempt,
+        last_attempt_at=None if last_attempt_at is None else _fromisoformat(last_attempt_at),
+        last_attempt_error=last_attempt_error,
+        first_attempt_at=None if first_attempt_at is None else _fromisoformat(first_attempt_at),
+        attempt_started_at=None if attempt_started_at is None else _fromisoformat(attempt_started_at),
+        leased_by=leased_by,
+        leased_until=None if leased_until is None else _fromisoformat(leased_until),
+        lease_generation=lease_generation,
+        completed_at=None if completed_at is None else _fromisoformat(completed_at),
+        completed_by=completed_by,
+        deduplication_key=deduplication_key,
+        trace_context=None if trace_context is None else _loads(trace_context),
+        chain_trace_context=None if chain_trace_context is None else _loads(chain_trace_context),
     )
 
 
@@ -107,6 +194,7 @@ def chains_from_jobs(jobs: Sequence[Job]) -> dict[str, Chain]:
 
 
 __all__ = [
+    "JOB_COLUMNS",
     "Row",
     "chains_from_jobs",
     "dump_json",

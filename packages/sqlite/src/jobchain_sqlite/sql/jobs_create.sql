@@ -1,22 +1,26 @@
--- jobs_create: insert a batch of jobs from a JSON array in one statement.
--- Plan: multi-row INSERT … SELECT FROM json_each; RETURNING order is unspecified (match by id).
+-- jobs_create: insert a batch of jobs from a JSON array of arrays in one statement.
+-- Item: [id, type_name, chain_id, chain_type_name, chain_index, status, input, scheduled_at,
+--        deduplication_key, trace_context, chain_trace_context]; created_at is :now.
+-- Positions, not object keys: json_extract finds '$[3]' without comparing key names, which
+-- made the insert about twice as fast. No RETURNING: the adapter builds the jobs it returns
+-- from the values it inserted (create.py), so nothing is read back and decoded.
+-- One statement, so a failing row (a duplicate id) leaves none of the batch inserted.
 INSERT INTO {p}job (
     id, type_name, chain_id, chain_type_name, chain_index, status, input,
     created_at, scheduled_at, deduplication_key, trace_context, chain_trace_context
 )
 SELECT
-    json_extract(value, '$.id'),
-    json_extract(value, '$.type_name'),
-    json_extract(value, '$.chain_id'),
-    json_extract(value, '$.chain_type_name'),
-    json_extract(value, '$.chain_index'),
-    json_extract(value, '$.status'),
-    json_extract(value, '$.input'),
+    json_extract(value, '$[0]'),
+    json_extract(value, '$[1]'),
+    json_extract(value, '$[2]'),
+    json_extract(value, '$[3]'),
+    json_extract(value, '$[4]'),
+    json_extract(value, '$[5]'),
+    json_extract(value, '$[6]'),
     :now,
-    json_extract(value, '$.scheduled_at'),
-    json_extract(value, '$.deduplication_key'),
-    json_extract(value, '$.trace_context'),
-    json_extract(value, '$.chain_trace_context')
+    json_extract(value, '$[7]'),
+    json_extract(value, '$[8]'),
+    json_extract(value, '$[9]'),
+    json_extract(value, '$[10]')
 FROM json_each(:jobs)
 ORDER BY key
-RETURNING *

@@ -2,6 +2,7 @@
 -- Rows by kind: 'id' (an existing job with an item's id), 'continuation' (the existing job at
 -- an item's chain_id + chain_index), 'root' (the root of an item's chain), 'dedup' (the newest
 -- root matching an item's deduplication), 'blocker' (the last job of each blocker chain).
+-- Job columns come first (rows.job_from_row reads them by position).
 -- Plan: primary key, job_chain_index_idx, job_deduplication_idx; no scan.
 WITH item AS (
     SELECT
@@ -16,18 +17,18 @@ WITH item AS (
         json_extract(value, '$.exclude')          AS exclude
     FROM json_each(:items)
 )
-SELECT 'id' AS kind, item.i AS i, j.*
+SELECT j.*, 'id' AS kind, item.i AS i
 FROM item JOIN {p}job j ON j.id = item.id
 UNION ALL
-SELECT 'continuation', item.i, j.*
+SELECT j.*, 'continuation', item.i
 FROM item JOIN {p}job j ON j.chain_id = item.chain_id AND j.chain_index = item.chain_index
 WHERE item.chain_id IS NOT NULL
 UNION ALL
-SELECT 'root', item.i, j.*
+SELECT j.*, 'root', item.i
 FROM item JOIN {p}job j ON j.id = item.chain_id AND j.chain_index = 0
 WHERE item.chain_id IS NOT NULL
 UNION ALL
-SELECT 'dedup', item.i, j.*
+SELECT j.*, 'dedup', item.i
 FROM item JOIN {p}job j ON j.id = (
     SELECT r.id FROM {p}job r INDEXED BY {p}job_deduplication_idx
     WHERE r.deduplication_key = item.dedup_key
@@ -43,7 +44,7 @@ FROM item JOIN {p}job j ON j.id = (
 )
 WHERE item.dedup_key IS NOT NULL
 UNION ALL
-SELECT 'blocker', NULL, j.*
+SELECT j.*, 'blocker', NULL
 FROM json_each(:blocker_chain_ids) b
 JOIN {p}job j ON j.chain_id = b.value
     AND j.chain_index = (SELECT MAX(m.chain_index) FROM {p}job m WHERE m.chain_id = b.value)
