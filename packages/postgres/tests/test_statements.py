@@ -114,6 +114,7 @@ async def test_every_operation_sends_exactly_one_statement(counted: PostgresStat
     operations: list[tuple[str, Callable[[PostgresStateTx], Awaitable[Any]]]] = [
         ("jobs_create", lambda tx: tx.jobs_create(JobsCreate(jobs=batch, now=NOW))),
         ("jobs_create", lambda tx: tx.jobs_create(JobsCreate(jobs=[step], now=NOW))),
+        ("jobs_create_roots", lambda tx: tx.jobs_create(JobsCreate(jobs=[new(), new()], now=NOW))),
         ("chain_get", lambda tx: tx.chain_get(ChainGet(chain_id=step_root.id))),
         ("chain_get_locked", lambda tx: tx.chain_get(ChainGet(chain_id=step_root.id, lock=True))),
         ("job_get", lambda tx: tx.job_get(JobGet(job_id=dependent.id))),
@@ -191,7 +192,7 @@ async def test_statements_are_prepared_on_the_server(counted: PostgresStateAdapt
         await tx.jobs_acquire(JobsAcquire(type_names=["t"], worker_id="w", lease_for=LEASE, now=NOW))
         cursor = await tx.connection.execute("SELECT statement FROM pg_prepared_statements")
         prepared = [row[0] for row in await cursor.fetchall()]
-    assert any(text.startswith("-- jobs_create:") for text in prepared)
+    assert any(text.startswith("-- jobs_create_roots:") for text in prepared)
     assert any(text.startswith("-- jobs_acquire:") for text in prepared)
 
 

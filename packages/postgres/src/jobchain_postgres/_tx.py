@@ -34,8 +34,9 @@ from jobchain.contracts.state import (
     JobsReapExpired,
     JobsTrigger,
     JobsTriggered,
+    NewJob,
 )
-from jobchain.entities import Chain, Job
+from jobchain.entities import Chain, Job, JobStatus
 from jobchain.errors import (
     BlockerReference,
     ChainNotFoundError,
@@ -51,7 +52,16 @@ from jobchain_postgres._listings import ListingsMixin
 from jobchain_postgres.errors import translated
 from jobchain_postgres.providers import AnyConnection
 from jobchain_postgres.queries import Queries
-from jobchain_postgres.rows import Row, Shape, json_text, new_jobs_document, uuid_or_none, uuids
+from jobchain_postgres.rows import (
+    Row,
+    Shape,
+    json_text,
+    new_jobs_document,
+    new_roots_params,
+    utc,
+    uuid_or_none,
+    uuids,
+)
 
 __all__ = ["ATOMIC_CLAIM_ATTEMPTS", "PostgresStateTx"]
 
@@ -74,6 +84,10 @@ def _shape_of(query: bytes, cursor: Any) -> Shape:
     if shape is None:
         shape = _SHAPES[key] = Shape(cursor.description)
     return shape
+
+
+def _plain_root(job: NewJob) -> bool:
+    return job.chain_id is None and job.deduplication is None and not job.blocker_chain_ids
 
 
 def _unique(values: Sequence[str]) -> list[str]:
@@ -188,6 +202,8 @@ class PostgresStateTx(ListingsMixin):
         if not params.jobs:
             self._check(write=True)
             return []
+        if all(_plain_root(job) for job in params.jobs):
+            return await self._roots_create(params)
         document = new_jobs_document(params.jobs)
         query_params = {"now": _check_now(params.now), "jobs": document}
         ids = [job.id for job in params.jobs]
@@ -215,6 +231,36 @@ class PostgresStateTx(ListingsMixin):
                     incomplete_blocker_chain_ids=incomplete,
                 )
             )
+        return results
+
+    async def _roots_create(self, params: JobsCreate) -> list[JobCreated]:
+        """New chains without deduplication or blockers: one plain multi-row INSERT.
+
+        Nothing is read back but what the server decides (ids, clock, clamped schedule): the rest
+        of each job is what was written.
+        """
+        jobs = params.jobs
+        query_params = new_roots_params(jobs, _check_now(params.now))
+        ids = query_params["ids"]
+        _shape, rows = await self._rows(self._q.jobs_create_roots, query_params, write=True, ids=ids)
+        decided = {str(row[0]): (utc(row[1]), utc(row[2])) for row in rows}
+        results: list[JobCreated] = []
+        for job_id, new in zip(ids, jobs, strict=True):
+            created_at, scheduled_at = decided[job_id]
+            job = Job(
+                id=job_id,
+                chain_id=job_id,
+                type_name=new.type_name,
+                chain_type_name=new.chain_type_name,
+                chain_index=0,
+                status=JobStatus.PENDING,
+                input=new.input,
+                created_at=created_at,
+                scheduled_at=scheduled_at,
+                trace_context=new.trace_context,
+                chain_trace_context=new.chain_trace_context,
+            )
+            results.append(JobCreated(job=job))
         return results
 
     # ------------------------------------------------------------ reads

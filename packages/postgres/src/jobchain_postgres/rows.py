@@ -185,12 +185,34 @@ def new_jobs_document(jobs: Sequence[NewJob]) -> str:
     return json_text(items)
 
 
+def _json_or_null(value: JsonValue) -> str | None:
+    return None if value is None else json_text(value)
+
+
+def new_roots_params(jobs: Sequence[NewJob], now: datetime | None) -> dict[str, Any]:
+    """Parameters of ``jobs_create_roots``: one array per column, in input order."""
+    ids = [job_uuid(new.id) for new in jobs]
+    schedules = [new.schedule for new in jobs]
+    return {
+        "now": now,
+        "ids": ids,
+        "type_names": [new.type_name for new in jobs],
+        "chain_type_names": [new.chain_type_name for new in jobs],
+        "inputs": [_json_or_null(new.input) for new in jobs],
+        "scheduled_ats": [None if s is None else s.at for s in schedules],
+        "delays": [None if s is None or s.after is None else s.after.total_seconds() for s in schedules],
+        "trace_contexts": [_json_or_null(new.trace_context) for new in jobs],
+        "chain_trace_contexts": [_json_or_null(new.chain_trace_context) for new in jobs],
+    }
+
+
 __all__ = [
     "Row",
     "Shape",
     "job_uuid",
     "json_text",
     "new_jobs_document",
+    "new_roots_params",
     "schedule_params",
     "utc",
     "uuid_or_none",

@@ -1,0 +1,26 @@
+-- jobs_create_roots: jobs_create for a batch of new chains that need no deduplication, no blockers
+-- and no continuation (what most starts are): one multi-row INSERT from parallel arrays, without
+-- the general statement's planning and lookups. An explicit id that already exists fails the
+-- whole statement on the primary key (DuplicateJobIdError), as in the general statement.
+-- Returns what the server decides (the clock and the clamped schedule), in input order.
+WITH clock AS (
+    SELECT COALESCE(%(now)s::timestamptz, statement_timestamp()) AS now
+)
+INSERT INTO {job} (
+    id, chain_id, type_name, chain_type_name, chain_index, status, input, created_at, scheduled_at,
+    trace_context, chain_trace_context
+)
+SELECT
+    x.id, x.id, x.type_name, x.chain_type_name, 0, 'pending', x.input, clock.now,
+    GREATEST(COALESCE(x.scheduled_at, clock.now + make_interval(secs => COALESCE(x.delay, 0))), clock.now),
+    x.trace_context, x.chain_trace_context
+FROM clock
+CROSS JOIN unnest(
+    %(ids)s::uuid[], %(type_names)s::text[], %(chain_type_names)s::text[], %(inputs)s::jsonb[],
+    %(scheduled_ats)s::timestamptz[], %(delays)s::double precision[],
+    %(trace_contexts)s::jsonb[], %(chain_trace_contexts)s::jsonb[]
+) WITH ORDINALITY AS x(
+    id, type_name, chain_type_name, input, scheduled_at, delay, trace_context, chain_trace_context, ord
+)
+ORDER BY x.ord
+RETURNING id AS _id, created_at AS _created_at, scheduled_at AS _scheduled_at
