@@ -104,7 +104,7 @@ class Client(ClientQueries):
         until then workers still find the jobs by polling.
         """
         self._check_open()
-        hooks = TransactionHooks()
+        hooks = TransactionHooks(record_events=bool(self.observers))
         tx: Transaction | None = None
         try:
             async with self.state.transaction(connection=connection) as state_tx:

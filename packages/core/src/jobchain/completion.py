@@ -106,6 +106,10 @@ def buffer_created(hooks: TransactionHooks, created: JobCreated, *, new_chain: b
     if created.deduplicated:
         return
     job = created.job
+    if not hooks.records_events:
+        if job.status is JobStatus.PENDING:
+            hooks.job_scheduled(job.type_name)
+        return
     attrs = _job_attrs(job)
     if new_chain:
         hooks.event("chain_created", chain_id=job.chain_id, chain_type_name=job.chain_type_name)
@@ -266,17 +270,21 @@ def _buffer_finished(
         hooks.ownership_lost(job.id)
     if created is not None:
         buffer_created(hooks, created, new_chain=False)
-    hooks.event(
-        "job_completed",
-        **_job_attrs(job),
-        worker_id=worker_id,
-        continued=created is not None,
-    )
+    events = hooks.records_events
+    if events:
+        hooks.event(
+            "job_completed",
+            **_job_attrs(job),
+            worker_id=worker_id,
+            continued=created is not None,
+        )
     if completed.chain_completed:
         hooks.chain_completed(job.chain_id)
-        hooks.event("chain_completed", chain_id=job.chain_id, chain_type_name=job.chain_type_name)
+        if events:
+            hooks.event("chain_completed", chain_id=job.chain_id, chain_type_name=job.chain_type_name)
     for unblocked in completed.unblocked_jobs:
-        hooks.event("job_unblocked", **_job_attrs(unblocked), blocker_chain_id=job.chain_id)
+        if events:
+            hooks.event("job_unblocked", **_job_attrs(unblocked), blocker_chain_id=job.chain_id)
         if unblocked.status is JobStatus.PENDING:
             hooks.job_scheduled(unblocked.type_name)
 

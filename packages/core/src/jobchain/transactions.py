@@ -61,7 +61,9 @@ class TransactionHooks:
     (:meth:`set`/:meth:`get`/...) carry anything else.
     """
 
-    def __init__(self) -> None:
+    def __init__(self, *, record_events: bool = True) -> None:
+        self.records_events = record_events
+        """False when nobody observes: :meth:`event` then drops events without building them."""
         self._scheduled: Counter[str] = Counter()
         self._chains_completed: dict[str, None] = {}
         self._ownership_lost: dict[str, None] = {}
@@ -90,7 +92,8 @@ class TransactionHooks:
     def event(self, name: str, **attributes: Any) -> None:
         """Buffer an observability event; observers receive it after commit, in order."""
         self._check_open()
-        self._events.append(Event(name, dict(attributes)))
+        if self.records_events:
+            self._events.append(Event(name, dict(attributes)))
 
     @property
     def scheduled(self) -> dict[str, int]:

@@ -91,6 +91,15 @@ class TestFlush:
         assert observer.events == [Event("chain_created", {"chain_id": "c"})]
         assert hooks.closed
 
+    async def test_without_observers_events_are_dropped_but_notifications_kept(self) -> None:
+        hooks = TransactionHooks(record_events=False)
+        notify, observer = RecordingNotify(), RecordingObserver()
+        fill(hooks)
+        assert hooks.events == []
+        await hooks.flush(notify, [observer])
+        assert len(notify.calls) == 4  # wake hint, scheduled, chain completed, ownership lost
+        assert observer.events == []
+
     async def test_events_reach_observers_in_order(self) -> None:
         hooks, observer = TransactionHooks(), RecordingObserver()
         for name in ("a", "b", "c"):

@@ -418,6 +418,8 @@ class Worker:
     # ------------------------------------------------------------------ events
 
     def _on_attempt_event(self, name: str, job: Job, attributes: dict[str, Any]) -> None:
+        if not self.client.observers and not log.isEnabledFor(_level(name)):
+            return  # nobody reads it: skip building it (this runs several times per job)
         self._emit(
             name,
             {
@@ -431,7 +433,7 @@ class Worker:
 
     def _emit(self, name: str, attributes: dict[str, Any]) -> None:
         event = Event(name=name, attributes={"worker.id": self.worker_id} | attributes)
-        level = logging.WARNING if name.endswith(("failed", "error")) else logging.DEBUG
+        level = _level(name)
         if log.isEnabledFor(level):
             log.log(level, "%s %s", name, " ".join(f"{key}={value}" for key, value in attributes.items()))
         for observer in self.client.observers:
@@ -439,3 +441,8 @@ class Worker:
                 observer.on_event(event)
             except Exception:
                 log.exception("observer %r failed", observer)
+
+
+def _level(event_name: str) -> int:
+    """The log level of a worker event: failures warn, the rest is debug detail."""
+    return logging.WARNING if event_name.endswith(("failed", "error")) else logging.DEBUG
