@@ -64,6 +64,9 @@ class Queries:
     job_reschedule: str
     job_complete: str
     job_unblock: str
+    jobs_complete: str
+    jobs_unblock: str
+    jobs_get: str
     jobs_reap_expired: str
     jobs_trigger: str
     jobs_trigger_lookup: str

@@ -7,7 +7,7 @@ run under the write lock the transaction already holds, so they see a consistent
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Sequence
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from datetime import datetime, timedelta
 
@@ -38,23 +38,13 @@ from jobchain.contracts.state import (
 from jobchain.entities import Chain, Job, JobStatus, Page, utcnow
 from jobchain.errors import (
     BlockerReference,
-    JobAlreadyCompletedError,
     JobchainError,
-    JobNotFoundError,
-    JobTakenByAnotherWorkerError,
 )
 from jobchain_sqlite import listing
+from jobchain_sqlite.complete import jobs_complete, lease_error
 from jobchain_sqlite.context import TxContext
 from jobchain_sqlite.create import jobs_create
 from jobchain_sqlite.rows import chains_from_jobs, dump_json, fmt_time, job_from_row, json_list, parse_time
-
-
-def _lease_error(job_id: str, worker_id: str | None, job: Job | None) -> JobchainError:
-    if job is None:
-        return JobNotFoundError(job_id)
-    if job.status is JobStatus.COMPLETED:
-        return JobAlreadyCompletedError(job_id)
-    return JobTakenByAnotherWorkerError(job_id, worker_id, job.leased_by)
 
 
 def _acquire_key(job: Job) -> tuple[datetime, datetime, str]:
@@ -171,7 +161,7 @@ class SqliteTx:
         )
         if rows:
             return job_from_row(rows[0])
-        raise _lease_error(params.job_id, params.worker_id, await self.job_get(JobGet(job_id=params.job_id)))
+        raise lease_error(params.job_id, params.worker_id, await self.job_get(JobGet(job_id=params.job_id)))
 
     async def job_reschedule(self, params: JobReschedule) -> Job:
         ctx = self._ctx
@@ -190,7 +180,7 @@ class SqliteTx:
         )
         if rows:
             return job_from_row(rows[0])
-        raise _lease_error(params.job_id, params.worker_id, await self.job_get(JobGet(job_id=params.job_id)))
+        raise lease_error(params.job_id, params.worker_id, await self.job_get(JobGet(job_id=params.job_id)))
 
     async def job_complete(self, params: JobComplete) -> JobCompleted:
         """UPDATE … RETURNING, plus job_unblock when a chain that blocks others completed.
@@ -205,7 +195,7 @@ class SqliteTx:
         if params.worker_id is None:
             before = await self.job_get(JobGet(job_id=params.job_id))
             if before is None or before.status is JobStatus.COMPLETED:
-                raise _lease_error(params.job_id, None, before)
+                raise lease_error(params.job_id, None, before)
         rows = await ctx.fetch(
             ctx.q.job_complete,
             {
@@ -217,7 +207,7 @@ class SqliteTx:
             },
         )
         if not rows:
-            raise _lease_error(
+            raise lease_error(
                 params.job_id, params.worker_id, await self.job_get(JobGet(job_id=params.job_id))
             )
         job = job_from_row(rows[0])
@@ -241,6 +231,11 @@ class SqliteTx:
             previous_leased_by=previous_leased_by,
             was_running=was_running,
         )
+
+    async def jobs_complete(self, params: Sequence[JobComplete]) -> list[JobCompleted | JobchainError]:
+        """One UPDATE for the whole group, plus a read of refused items and one unblock when
+        needed (see complete.py); refusals are returned in place (CompletesJobsInBatches)."""
+        return await jobs_complete(self._ctx, params, self.job_complete)
 
     async def jobs_reap_expired(self, params: JobsReapExpired) -> list[Job]:
         ctx = self._ctx

@@ -1,0 +1,109 @@
+"""jobs_complete: many completions in one statement, each decided as job_complete decides it.
+
+A worker's group commit hands over completions of jobs it holds, with distinct ids. They
+take one UPDATE … FROM … RETURNING; only when something needs more does another statement
+run: a read of the refused items (to say why each was refused) and one unblock for all the
+chains that completed here and block other jobs. Anything else (a repeated id, a workerless
+completion, whose previous holder must be read first) completes item by item through
+job_complete, so every item is decided exactly as the sequential calls would decide it.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Awaitable, Callable, Sequence
+
+from jobchain.contracts.state import COMPLETION_REFUSALS, JobComplete, JobCompleted
+from jobchain.entities import Job, JobStatus, utcnow
+from jobchain.errors import (
+    JobAlreadyCompletedError,
+    JobchainError,
+    JobNotFoundError,
+    JobTakenByAnotherWorkerError,
+)
+from jobchain_sqlite.context import TxContext
+from jobchain_sqlite.rows import dump_json, fmt_time, job_from_row, json_list
+
+
+def lease_error(job_id: str, worker_id: str | None, job: Job | None) -> JobchainError:
+    """Why a guarded write to ``job_id`` by ``worker_id`` changed nothing (``job`` as it is now)."""
+    if job is None:
+        return JobNotFoundError(job_id)
+    if job.status is JobStatus.COMPLETED:
+        return JobAlreadyCompletedError(job_id)
+    return JobTakenByAnotherWorkerError(job_id, worker_id, job.leased_by)
+
+
+async def _refused_or(completion: Awaitable[JobCompleted]) -> JobCompleted | JobchainError:
+    try:
+        return await completion
+    except COMPLETION_REFUSALS as refused:
+        return refused
+
+
+async def jobs_complete(
+    ctx: TxContext,
+    params: Sequence[JobComplete],
+    complete_one: Callable[[JobComplete], Awaitable[JobCompleted]],
+) -> list[JobCompleted | JobchainError]:
+    """See CompletesJobsInBatches.jobs_complete: refusals are returned in their item's place."""
+    ctx.require_write("jobs_complete")
+    items = list(params)
+    if not items:
+        return []
+    ids = [item.job_id for item in items]
+    if len(set(ids)) != len(ids) or any(item.worker_id is None for item in items):
+        return [await _refused_or(complete_one(item)) for item in items]
+
+    default_now = fmt_time(utcnow())
+    nows = [default_now if item.now is None else fmt_time(item.now) for item in items]
+    encoded = [
+        [
+            item.job_id,
+            item.worker_id,
+            item.lease_generation,
+            dump_json(item.output, f"output of job {item.job_id}"),
+            now,
+        ]
+        for item, now in zip(items, nows, strict=True)
+    ]
+    rows = await ctx.fetch(ctx.q.jobs_complete, {"items": json.dumps(encoded, separators=(",", ":"))})
+    completed = {row["id"]: (job_from_row(row), not row["has_next"], bool(row["is_blocker"])) for row in rows}
+
+    refused: dict[str, Job] = {}
+    if len(completed) < len(items):
+        missing = [job_id for job_id in ids if job_id not in completed]
+        found = await ctx.fetch(ctx.q.jobs_get, {"job_ids": json_list(missing)})
+        refused = {job.id: job for job in map(job_from_row, found)}
+
+    unblocked: dict[int, list[Job]] = {}
+    done = [
+        [completed[item.job_id][0].chain_id, position, now]
+        for position, (item, now) in enumerate(zip(items, nows, strict=True))
+        if item.job_id in completed and completed[item.job_id][1] and completed[item.job_id][2]
+    ]
+    if done:
+        released = await ctx.fetch(ctx.q.jobs_unblock, {"done": json.dumps(done, separators=(",", ":"))})
+        for row in released:
+            unblocked.setdefault(row["position"], []).append(job_from_row(row))
+
+    results: list[JobCompleted | JobchainError] = []
+    for position, item in enumerate(items):
+        outcome = completed.get(item.job_id)
+        if outcome is None:
+            results.append(lease_error(item.job_id, item.worker_id, refused.get(item.job_id)))
+            continue
+        job, chain_completed, _ = outcome
+        results.append(
+            JobCompleted(
+                job=job,
+                chain_completed=chain_completed,
+                unblocked_jobs=sorted(unblocked.get(position, ()), key=lambda j: (j.created_at, j.id)),
+                previous_leased_by=item.worker_id,
+                was_running=True,
+            )
+        )
+    return results
+
+
+__all__ = ["jobs_complete", "lease_error"]
