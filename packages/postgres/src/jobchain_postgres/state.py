@@ -25,6 +25,7 @@ from types import TracebackType
 from typing import Any
 
 import psycopg
+from psycopg.conninfo import conninfo_to_dict, make_conninfo
 from psycopg.pq import TransactionStatus
 from psycopg_pool import AsyncConnectionPool
 
@@ -103,7 +104,7 @@ class PostgresStateAdapter:
         except psycopg.Error as exc:
             raise unreachable(exc, where.display) from None
         pool: AsyncConnectionPool[AnyConnection] = AsyncConnectionPool(
-            where.conninfo,
+            utc_session(where.conninfo),
             min_size=resolved.pool_min_size,
             max_size=resolved.pool_max_size,
             kwargs={"autocommit": True, "prepare_threshold": resolved.prepare_threshold},
@@ -311,6 +312,18 @@ class _Transaction:
         with contextlib.suppress(psycopg.Error):
             await self._block.__aexit__(exc_type, exc, tb)
         return False
+
+
+def utc_session(conninfo: str) -> str:
+    """``conninfo`` with the session time zone set to UTC, unless its ``options`` set one.
+
+    psycopg then returns timestamps with ``datetime.UTC`` itself, and the adapter's conversion of
+    every timestamp it reads (several per job) is an identity check instead of ``astimezone``.
+    """
+    options = str(conninfo_to_dict(conninfo).get("options") or "")
+    if "timezone" in options.lower():
+        return conninfo
+    return make_conninfo(conninfo, options=f"{options} -c TimeZone=UTC".strip())
 
 
 async def open_state_adapter(url: BackendURL) -> PostgresStateAdapter:
