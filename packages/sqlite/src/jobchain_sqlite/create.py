@@ -18,6 +18,7 @@ columns are exactly those values (created_at is ``now``; the rest hold their def
 from __future__ import annotations
 
 import json
+import re
 from dataclasses import dataclass, field, replace
 from datetime import datetime
 from typing import Any
@@ -41,11 +42,21 @@ class _Lookup:
     blocker_status: dict[str, JobStatus] = field(default_factory=dict)
 
 
+# Exactly the strings validate_id accepts (a UUID whose lowercase is its canonical form),
+# checked without parsing a UUID per id; anything else goes to validate_id for its error.
+_CANONICAL_ID = re.compile(r"[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}")
+
+
+def _check_id(value: object) -> None:
+    if not (isinstance(value, str) and _CANONICAL_ID.fullmatch(value)):
+        validate_id(value)
+
+
 def _validate(jobs: list[NewJob]) -> None:
     for job in jobs:
-        validate_id(job.id)
+        _check_id(job.id)
         if job.chain_id is not None:
-            validate_id(job.chain_id)
+            _check_id(job.chain_id)
             if job.chain_index < 1:
                 raise InvalidArgumentError(
                     f"continuation {job.id} of chain {job.chain_id} needs chain_index >= 1, "
@@ -54,7 +65,7 @@ def _validate(jobs: list[NewJob]) -> None:
         elif job.chain_index != 0:
             raise InvalidArgumentError(f"a new chain's first job has chain_index 0, got {job.chain_index}")
         for chain_id in job.blocker_chain_ids:
-            validate_id(chain_id)
+            _check_id(chain_id)
 
 
 def _lookup_items(jobs: list[NewJob], now: datetime) -> str:
@@ -120,7 +131,7 @@ async def _create_plain_roots(ctx: TxContext, jobs: list[NewJob], now: datetime)
     if len({job.id for job in jobs}) != len(jobs):
         return None
     now_text = fmt_time(now)
-    items = [_insert_item(job, now, blocked=False) for job in jobs]
+    items = [_insert_item(job, now, now_text, blocked=False) for job in jobs]
     try:
         await ctx.fetch(
             ctx.q.jobs_create, {"jobs": json.dumps(items, separators=(",", ":")), "now": now_text}
@@ -174,6 +185,7 @@ async def _create(ctx: TxContext, jobs: list[NewJob], now: datetime) -> list[Job
         inserted[job.id] = i
 
     new_chain_ids = {job_id for job_id, i in inserted.items() if jobs[i].chain_id is None}
+    now_text = fmt_time(now)
     rows: list[list[Any]] = []
     blocker_rows: list[dict[str, Any]] = []
     incomplete: dict[int, tuple[str, ...]] = {}
@@ -189,10 +201,9 @@ async def _create(ctx: TxContext, jobs: list[NewJob], now: datetime) -> list[Job
             if c in new_chain_ids or found.blocker_status.get(c) is not JobStatus.COMPLETED
         )
         blocker_rows.extend({"job_id": job_id, "chain_id": c, "idx": n} for n, c in enumerate(blockers))
-        rows.append(_insert_item(job, now, blocked=bool(incomplete[i])))
+        rows.append(_insert_item(job, now, now_text, blocked=bool(incomplete[i])))
 
     if rows:
-        now_text = fmt_time(now)
         await ctx.fetch(
             ctx.q.jobs_create,
             {"jobs": json.dumps(rows, separators=(",", ":")), "now": now_text},
@@ -214,9 +225,8 @@ async def _create(ctx: TxContext, jobs: list[NewJob], now: datetime) -> list[Job
     return [result for result in results if result is not None]
 
 
-def _insert_item(job: NewJob, now: datetime, *, blocked: bool) -> list[Any]:
+def _insert_item(job: NewJob, now: datetime, now_text: str, *, blocked: bool) -> list[Any]:
     """The values jobs_create.sql inserts for ``job``, in its item order."""
-    scheduled = job.schedule.resolve(now) if job.schedule is not None else now
     dedup = job.deduplication  # stored on continuations too; only roots are matched
     return [
         job.id,
@@ -226,7 +236,7 @@ def _insert_item(job: NewJob, now: datetime, *, blocked: bool) -> list[Any]:
         job.chain_index,
         "blocked" if blocked else "pending",
         dump_json(job.input, f"input of job {job.id}"),
-        fmt_time(scheduled),
+        now_text if job.schedule is None else fmt_time(job.schedule.resolve(now)),
         dedup.key if dedup else None,
         dump_json(job.trace_context, "trace_context"),
         dump_json(job.chain_trace_context, "chain_trace_context"),
