@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import asyncio
+import importlib
 import os
 import signal
 import subprocess
@@ -13,7 +15,10 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
+import jobchain
 from jobchain.cli import main
+from jobchain.cli_worker import run_on_loop
+from jobchain.errors import InvalidArgumentError
 
 APP = textwrap.dedent(
     """
@@ -42,7 +47,7 @@ def app_dir(tmp_path: Path) -> Path:
     return tmp_path
 
 
-def _start(app_dir: Path) -> subprocess.Popen[str]:
+def _start(app_dir: Path, *options: str, state: str = "memory://") -> subprocess.Popen[str]:
     env = os.environ | {"PYTHONPATH": str(app_dir)}
     return subprocess.Popen(
         [
@@ -52,9 +57,10 @@ def _start(app_dir: Path) -> subprocess.Popen[str]:
             "worker",
             "cli_app:processors",
             "--state",
-            "memory://",
+            state,
             "--poll-interval",
             "0.05",
+            *options,
         ],
         cwd=app_dir,
         env=env,
@@ -104,3 +110,57 @@ def test_worker_command_rejects_a_target_that_is_not_processors(
     result = CliRunner().invoke(main, ["worker", "cli_app:types"])
     assert result.exit_code != 0
     assert "Processors" in result.output
+
+
+@pytest.mark.parametrize("loop", ["uvloop", "asyncio"])
+def test_worker_command_processes_jobs_on_the_chosen_loop(
+    app_dir: Path, loop: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.syspath_prepend(str(app_dir))
+    app = importlib.import_module("cli_app")
+    state = f"sqlite:///{app_dir / 'jobs.db'}"
+
+    async def start_chains() -> list[str]:
+        async with await jobchain.connect(state, notify="none", job_types=app.types, migrate=True) as client:
+            async with client.transaction() as tx:
+                started = [await client.start_chain(tx, app.ping, app.Ping(n=n)) for n in range(5)]
+        return [s.chain.id for s in started]
+
+    async def outputs(chain_ids: list[str]) -> list[object]:
+        async with await jobchain.connect(state, notify="none", job_types=app.types) as client:
+            chains = [await client.await_chain(c, timeout=20, poll_interval=0.05) for c in chain_ids]
+        return [chain.last.output for chain in chains]
+
+    chain_ids = asyncio.run(start_chains())
+    process = _start(app_dir, "--loop", loop, "--prefetch", "3", "--concurrency", "2", state=state)
+    try:
+        _wait_for(process, f"processing cli.ping on {loop}")
+        assert asyncio.run(outputs(chain_ids)) == [{"n": n} for n in range(5)]
+        process.send_signal(signal.SIGTERM)
+        rest = _wait_for(process, "stopping worker")
+        assert process.wait(timeout=20) == 0, rest
+    finally:
+        if process.poll() is None:
+            process.kill()
+
+
+def test_worker_command_rejects_an_unknown_loop() -> None:
+    result = CliRunner().invoke(main, ["worker", "cli_app:processors", "--loop", "trio"])
+    assert result.exit_code != 0
+    assert "trio" in result.output
+
+
+def test_without_uvloop_auto_falls_back_and_uvloop_says_what_to_install(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setitem(sys.modules, "uvloop", None)  # makes `import uvloop` fail
+    ran: list[str] = []
+
+    async def main() -> None:
+        ran.append(type(asyncio.get_running_loop()).__module__)
+
+    assert run_on_loop(main, "auto") == "asyncio"
+    assert [module.partition(".")[0] for module in ran] == ["asyncio"]
+    with pytest.raises(InvalidArgumentError, match=r"pip install 'jobchain\[uvloop\]'"):
+        run_on_loop(main, "uvloop")
+    assert len(ran) == 1
