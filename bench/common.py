@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import json
 import os
@@ -9,13 +10,15 @@ import statistics
 import subprocess
 import sys
 import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Coroutine, Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import psutil
 import psycopg
+
+T = TypeVar("T")
 
 BENCH = Path(__file__).resolve().parent
 ROOT = BENCH.parent
@@ -24,6 +27,21 @@ PG_BASE = os.environ.get("BENCH_PG", "postgresql://postgres@127.0.0.1:5432")
 REDIS_URL = os.environ.get("BENCH_REDIS", "redis://127.0.0.1:6379/0")
 NATS_URL = os.environ.get("BENCH_NATS", "nats://127.0.0.1:4222")
 TMP = Path(os.environ.get("BENCH_TMP", "/tmp/jobchain-bench"))
+
+
+LOOP = os.environ.get("BENCH_LOOP", "uvloop")
+"""The event loop every library's processes run on (the same for all: ``uvloop`` or ``asyncio``)."""
+
+
+def run_loop(main: Coroutine[Any, Any, T]) -> T:
+    """``asyncio.run(main)`` on the benchmark's event loop (:data:`LOOP`)."""
+    if LOOP == "uvloop":
+        import uvloop
+
+        return uvloop.run(main)
+    if LOOP != "asyncio":
+        raise SystemExit(f"BENCH_LOOP must be uvloop or asyncio, got {LOOP!r}")
+    return asyncio.run(main)
 
 
 def pg_url(db: str, host: str | None = None) -> str:

@@ -22,7 +22,7 @@ from jobchain.worker import Attempt, Completed, Processors, Worker
 
 sys.path.insert(0, str(__import__("pathlib").Path(__file__).resolve().parent))
 
-from common import PYTHON, cpu_seconds, emit, rss_bytes
+from common import PYTHON, cpu_seconds, emit, rss_bytes, run_loop
 
 types = JobTypes()
 noop = types.define("bench.noop", input=None, output=None, entry=True)
@@ -214,18 +214,18 @@ async def latency_worker(cfg: dict[str, Any]) -> None:
 def main(argv: list[str]) -> None:
     cmd = argv[0]
     if cmd == "start":
-        emit(asyncio.run(start(argv[1], argv[2], argv[3], int(argv[4]), int(argv[5]))))
+        emit(run_loop(start(argv[1], argv[2], argv[3], int(argv[4]), int(argv[5]))))
     elif cmd == "fill":
-        emit(asyncio.run(start(argv[1], "none", "batch", int(argv[2]), 1000)))
+        emit(run_loop(start(argv[1], "none", "batch", int(argv[2]), 1000)))
     elif cmd == "worker":
-        emit(asyncio.run(work(json.loads(argv[1]))))
+        emit(run_loop(work(json.loads(argv[1]))))
     elif cmd == "memory":
-        emit(asyncio.run(memory(int(argv[1]), int(argv[2]), argv[3], int(argv[4]) if len(argv) > 4 else 0)))
+        emit(run_loop(memory(int(argv[1]), int(argv[2]), argv[3], int(argv[4]) if len(argv) > 4 else 0)))
     elif cmd == "latency":
-        emit(asyncio.run(latency(argv[1], argv[2], float(argv[3]), int(argv[4]), float(argv[5]))))
+        emit(run_loop(latency(argv[1], argv[2], float(argv[3]), int(argv[4]), float(argv[5]))))
     elif cmd == "latency-worker":
         with contextlib.suppress(KeyboardInterrupt):
-            asyncio.run(latency_worker(json.loads(argv[1])))
+            run_loop(latency_worker(json.loads(argv[1])))
     else:
         raise SystemExit(__doc__)
 

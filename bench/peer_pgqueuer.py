@@ -25,7 +25,7 @@ from pgqueuer.types import QueueExecutionMode
 sys.path.insert(0, str(__import__("pathlib").Path(__file__).resolve().parent))
 import contextlib
 
-from common import PYTHON, cpu_seconds, emit, pg_url, rss_bytes
+from common import PYTHON, cpu_seconds, emit, pg_url, rss_bytes, run_loop
 
 
 async def driver(db: str, host: str | None = None) -> AsyncpgDriver:
@@ -120,16 +120,16 @@ async def latency_worker(db: str) -> None:
 def main(argv: list[str]) -> None:
     cmd = argv[0]
     if cmd == "install":
-        emit(asyncio.run(install(argv[1])))
+        emit(run_loop(install(argv[1])))
     elif cmd == "start":
-        emit(asyncio.run(start(argv[1], argv[2], int(argv[3]), int(argv[4]))))
+        emit(run_loop(start(argv[1], argv[2], int(argv[3]), int(argv[4]))))
     elif cmd == "worker":
-        emit(asyncio.run(work(json.loads(argv[1]))))
+        emit(run_loop(work(json.loads(argv[1]))))
     elif cmd == "latency":
-        emit(asyncio.run(latency(argv[1], int(argv[2]), float(argv[3]))))
+        emit(run_loop(latency(argv[1], int(argv[2]), float(argv[3]))))
     elif cmd == "latency-worker":
         with contextlib.suppress(KeyboardInterrupt):
-            asyncio.run(latency_worker(argv[1]))
+            run_loop(latency_worker(argv[1]))
     else:
         raise SystemExit(__doc__)
 

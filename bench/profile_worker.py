@@ -60,9 +60,9 @@ def main() -> None:
     with contextlib.redirect_stdout(out):
         profile.enable()
         try:
-            import asyncio
+            from common import run_loop
 
-            result = asyncio.run(jc.work(cfg))
+            result = run_loop(jc.work(cfg))
         finally:
             profile.disable()
     stats = pstats.Stats(profile)

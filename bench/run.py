@@ -53,7 +53,7 @@ if __name__ == "__main__":
     ensure_venv()
 
 sys.path.insert(0, str(BENCH))
-from common import TMP, CpuMeter, pg_url  # noqa: E402
+from common import LOOP, TMP, CpuMeter, pg_url  # noqa: E402
 from phases import PHASE_PLAN_KEYS, Plan, Runner  # noqa: E402
 from report import write_report  # noqa: E402
 
@@ -83,7 +83,8 @@ def versions() -> dict[str, str]:
     from importlib.metadata import version
 
     names = ["jobchain", "jobchain-postgres", "jobchain-sqlite", "jobchain-redis", "jobchain-nats"]
-    names += ["pgqueuer", "asyncpg", "procrastinate", "psycopg", "psycopg-pool", "aiosqlite", "matplotlib"]
+    names += ["pgqueuer", "asyncpg", "procrastinate", "psycopg", "psycopg-pool", "aiosqlite", "uvloop"]
+    names += ["matplotlib"]
     found = {}
     for name in names:
         try:
@@ -182,7 +183,8 @@ def main() -> None:
     started = time.time()
     meter = CpuMeter()
     meter.start()
-    info = {"machine": machine(), "versions": versions(), "plan": plan.__dict__, "pg": pg_url("")}
+    plan_info = plan.__dict__ | {"loop": LOOP}
+    info = {"machine": machine(), "versions": versions(), "plan": plan_info, "pg": pg_url("")}
     print(f"bench: {json.dumps(info['plan'])}", flush=True)
     runner = Runner(plan)
     results = runner.run_all()

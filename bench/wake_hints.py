@@ -61,7 +61,7 @@ from jobchain.worker import Attempt, Completed, Processors, Worker
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from common import emit, percentile
+from common import emit, percentile, run_loop
 
 types = JobTypes()
 noop = types.define("bench.noop", input=None, output=None, entry=True)
@@ -317,7 +317,7 @@ def main(argv: list[str]) -> None:
     if len(argv) != 1:
         raise SystemExit(__doc__)
     with contextlib.suppress(KeyboardInterrupt):
-        emit(asyncio.run(run(json.loads(argv[0]))))
+        emit(run_loop(run(json.loads(argv[0]))))
 
 
 if __name__ == "__main__":
