@@ -10,6 +10,7 @@ import sqlite3
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
+import aiosqlite
 import pytest
 
 from jobchain.contracts import (
@@ -271,6 +272,32 @@ class TestCreatePlainRoots:
         async with adapter.transaction(read_only=True) as tx:
             for result in results:
                 assert await tx.job_get(JobGet(job_id=result.job.id)) == result.job
+
+
+class TestJoinedConnections:
+    async def test_rows_by_name_decode_as_rows_by_position(
+        self, adapter: SqliteStateAdapter, db_path: Path
+    ) -> None:
+        """A joined aiosqlite connection returns rows by name; the adapter's own, by position."""
+        job = _new(input={"a": [1, None]}, trace_context={"t": 1})
+        async with adapter.transaction() as tx:
+            await tx.jobs_create(JobsCreate(jobs=[job], now=NOW))
+        generation = await _claim(adapter, 1)
+        async with aiosqlite.connect(db_path) as conn:
+            async with adapter.transaction(connection=conn) as tx:
+                assert isinstance(tx, CompletesJobsInBatches)
+                [done] = await tx.jobs_complete(
+                    [JobComplete(job_id=job.id, worker_id="w", lease_generation=generation[job.id], now=NOW)]
+                )
+                joined = await tx.job_get(JobGet(job_id=job.id))
+            await conn.commit()
+        assert isinstance(done, JobCompleted)
+        async with adapter.transaction(read_only=True) as tx:
+            own = await tx.job_get(JobGet(job_id=job.id))
+        assert own == joined == done.job
+        assert own is not None
+        assert own.first_attempt_at == NOW
+        assert own.completed_at == NOW
 
 
 class TestRowLayout:

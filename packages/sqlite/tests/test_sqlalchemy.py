@@ -11,7 +11,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, create_async_engin
 
 from jobchain.contracts import ChainGet, JobsCreate, NewJob
 from jobchain.entities import new_id
-from jobchain.errors import InvalidArgumentError
+from jobchain.errors import DuplicateJobIdError, InvalidArgumentError
 from jobchain_sqlite import SqliteStateAdapter
 
 
@@ -123,3 +123,20 @@ async def test_unknown_connection_type_is_refused(adapter: SqliteStateAdapter) -
     with pytest.raises(InvalidArgumentError, match=r"aiosqlite\.Connection or an SQLAlchemy"):
         async with adapter.transaction(connection=object()):
             pass
+
+
+async def test_duplicate_id_in_a_plain_batch_raises_and_the_transaction_goes_on(
+    adapter: SqliteStateAdapter, engine: AsyncEngine
+) -> None:
+    taken, fresh, later = new_chain(), new_chain(), new_chain()
+    async with adapter.transaction() as tx:
+        await tx.jobs_create(JobsCreate(jobs=[taken]))
+    async with engine.begin() as conn:
+        async with adapter.transaction(connection=conn) as tx:
+            with pytest.raises(DuplicateJobIdError) as raised:
+                await tx.jobs_create(JobsCreate(jobs=[fresh, taken]))
+            assert raised.value.job_id == taken.id
+            [created] = await tx.jobs_create(JobsCreate(jobs=[later]))
+        assert created.job.input == {"order": 1}
+    assert not await chain_exists(adapter, fresh.id)
+    assert await chain_exists(adapter, later.id)
