@@ -16,7 +16,7 @@ from typing import Any
 
 from jobchain import ChainStart, Client, Job, JobStatus, JobTypes
 from jobchain.contracts import JobComplete, JobCompleted, JobsAcquire
-from jobchain.errors import JobTakenByAnotherWorkerError, TransientStateError
+from jobchain.errors import JobAlreadyCompletedError, JobTakenByAnotherWorkerError, TransientStateError
 from jobchain.memory.notify import MemoryNotifyAdapter
 from jobchain.memory.state import MemoryStateAdapter
 from jobchain.worker import Attempt, Completed, Processors, Worker
@@ -184,3 +184,68 @@ async def test_continuations_and_callbacks_do_not_join_a_group() -> None:
             await client.await_chain(chain_id, timeout=10, poll_interval=0.05)
     assert seen == [True] * 4
     assert state.completions_per_tx == [1, 1, 1, 1]
+
+
+async def test_staged_completions_join_groups_and_complete_waits_for_the_commit() -> None:
+    state = CountingState()
+    client = Client(state, MemoryNotifyAdapter(), types)
+    ids = await _start(client, 10)
+    gate = asyncio.Event()
+    seen_completed: list[bool] = []
+    processors = Processors()
+
+    @processors.handler(item)
+    async def handle(attempt: Attempt[Item, Doubled]) -> Completed:
+        await attempt.prepare("staged")
+        await gate.wait()
+        completed = await attempt.complete(Doubled(n=attempt.input.n * 2))
+        # complete returned: the group holding this completion has committed.
+        stored = await client.get_chain(attempt.job.chain_id)
+        seen_completed.append(stored is not None and stored.last.status is JobStatus.COMPLETED)
+        return completed
+
+    async with Worker(client, processors, concurrency=10, poll_interval=0.05):
+        await asyncio.sleep(0.2)  # every handler is staged and waits at the gate
+        gate.set()
+        chains = [await client.await_chain(chain_id, timeout=10, poll_interval=0.05) for chain_id in ids]
+    assert sorted(c.output["n"] for c in chains) == [2 * i for i in range(10)]
+    assert seen_completed == [True] * 10
+    assert sum(state.completions_per_tx) == 10
+    assert len(state.completions_per_tx) < 10, state.completions_per_tx
+
+
+async def test_a_staged_handler_learns_a_refused_group_completion_from_complete() -> None:
+    # No notify adapter: nothing tells the attempt its job was completed elsewhere, so the
+    # refusal can only come back from the group's write.
+    client = Client(MemoryStateAdapter(), None, types)
+    [chain_id] = await _start(client, 1)
+    staged = asyncio.Event()
+    taken = asyncio.Event()
+    errors: list[BaseException] = []
+    refused = asyncio.Event()
+    processors = Processors()
+
+    @processors.handler(item)
+    async def handle(attempt: Attempt[Item, Doubled]) -> Completed:
+        await attempt.prepare("staged")
+        staged.set()
+        await taken.wait()
+        try:
+            return await attempt.complete(Doubled(n=1))
+        except Exception as error:
+            errors.append(error)
+            refused.set()
+            raise
+
+    async def finish_elsewhere(completion: Any) -> None:
+        await completion.complete(Doubled(n=-1))
+
+    async with Worker(client, processors, poll_interval=0.05):
+        await asyncio.wait_for(staged.wait(), 10)
+        async with client.transaction() as tx:
+            await client.complete_chain(tx, item, chain_id, finish_elsewhere)
+        taken.set()
+        chain = await client.await_chain(chain_id, timeout=10, poll_interval=0.05)
+        await asyncio.wait_for(refused.wait(), 10)
+    assert chain.output == {"n": -1}
+    assert [type(e) for e in errors] == [JobAlreadyCompletedError]

@@ -14,10 +14,12 @@ even when the failed transaction was poisoned. User callbacks run in savepoints 
 code which catches its own database errors can carry on.
 
 Group commit (the worker's ``group_commit``): a plain ``complete(output)`` with no
-callback, continuation, middleware or open transaction writes nothing but the completion,
-so it is validated at once and written when the handler returns, together with the other
-attempts finishing meanwhile (:mod:`jobchain.worker.completer`). An exception after such a
-``complete`` still means the job was not completed.
+callback, continuation, middleware or open transaction writes nothing but the completion.
+As the handler's first await (atomic mode) it is validated at once and written when the
+handler returns, together with the other attempts finishing meanwhile
+(:mod:`jobchain.worker.completer`); an exception after such a ``complete`` still means the
+job was not completed. In staged mode it is written with a group too, but ``complete``
+waits for that group's commit, exactly as it would wait for its own transaction.
 """
 
 from __future__ import annotations
@@ -188,6 +190,8 @@ class Attempt(Generic[I, O]):
             raise AttemptMisuseError("complete/continue_with may be called only once per attempt")
         if self._can_defer(continuation, callback):
             return self._defer(output)
+        if self._can_join_group(continuation, callback):
+            return await self._complete_with_group(output)
         if not self._prepared:
             # complete before any other await: the whole attempt runs atomically. Nothing runs
             # between here and job_complete, which locks and fences the row itself, so the
@@ -235,6 +239,31 @@ class Attempt(Generic[I, O]):
             and callback is None
             and not self._processor.middleware
         )
+
+    def _can_join_group(self, continuation: Any, callback: Any) -> bool:
+        """A staged attempt's plain completion may be written with a group, awaited in place.
+
+        Unlike the deferred atomic case, ``complete`` returns only once the group committed,
+        so the handler learns a refusal (lease lost meanwhile) from ``complete`` itself.
+        """
+        return (
+            self.completion_groups is not None
+            and self._mode == "staged"
+            and self._tx is None
+            and continuation is None
+            and callback is None
+            and not self._processor.middleware
+        )
+
+    async def _complete_with_group(self, output: Any) -> Completed:
+        assert self.completion_groups is not None
+        self.signal.raise_if_aborted()
+        encoded = self._processor.job_type.encode_output(output)
+        finished = await self.completion_groups.complete(
+            self.job, encoded, worker_id=self.worker_id, now=datetime.now(UTC)
+        )
+        self._completed = Completed(job=finished.job)
+        return self._completed
 
     def _defer(self, output: Any) -> Completed:
         """Validate now, write when the handler returns (with other attempts' completions).

@@ -1,10 +1,11 @@
 """Group commit of plain completions: many finished attempts, one transaction.
 
-An attempt whose handler called ``complete(output)`` as its very first await, with no
-callback, continuation or middleware, writes nothing but the completion itself. Such
-completions are queued here when the handler returns and written together: one
-transaction (one commit, one fsync) for every completion that arrived while the previous
-group was being written, as River's and Graphile Worker's batch completers do.
+An attempt whose handler called ``complete(output)`` with no callback, continuation or
+middleware, outside any open transaction, writes nothing but the completion itself. Such
+completions are queued here (atomic ones when the handler returns, staged ones from
+``complete``, which waits for the result) and written together: one transaction (one
+commit, one fsync) for every completion that arrived while the previous group was being
+written, as River's and Graphile Worker's batch completers do.
 
 A refused completion (lease lost, job deleted or completed elsewhere) changes nothing in
 the group's transaction, so it fails only its own attempt. Any other error fails the
