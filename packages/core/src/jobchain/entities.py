@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import math
+import os
+import time
 import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -33,8 +35,23 @@ def utcnow() -> datetime:
 
 
 def new_id() -> str:
-    """A new job id (a canonical lowercase UUID4 string)."""
-    return str(uuid.uuid4())
+    """A new job id: a canonical lowercase UUID string, version 7 (RFC 9562).
+
+    Version 7 starts with the creation time in milliseconds, so new jobs land at the end of
+    the id index instead of on a random page of it (what keeps inserts cheap once the table
+    holds millions of rows); the other 74 bits are random.
+    """
+    millis = time.time_ns() // 1_000_000
+    rand = int.from_bytes(os.urandom(10))
+    value = (
+        (millis & 0xFFFF_FFFF_FFFF) << 80
+        | 0x7 << 76  # version
+        | (rand >> 62 & 0xFFF) << 64
+        | 0b10 << 62  # RFC 9562 variant
+        | rand & 0x3FFF_FFFF_FFFF_FFFF
+    )
+    text = f"{value:032x}"
+    return f"{text[:8]}-{text[8:12]}-{text[12:16]}-{text[16:20]}-{text[20:]}"
 
 
 def validate_id(value: object, source: Literal["caller", "generator"] = "caller") -> str:
