@@ -216,6 +216,31 @@ class TestPlans:
         assert "jobchain_job_blocker_chain_idx" in plan
         assert "jobchain_job_listing_status_idx" not in plan
 
+    async def test_trigger_counts_by_primary_key_not_by_status(
+        self, adapter: SqliteStateAdapter, db_path: Path
+    ) -> None:
+        plan = self.plan(
+            db_path, queries("jobchain_").jobs_trigger, {"job_ids": "[]", "now": "x", "distinct_count": 1}
+        )
+        assert "status=?" not in plan
+        assert "(id=?)" in plan
+
+    async def test_status_listing_scans_the_created_at_index(
+        self, adapter: SqliteStateAdapter, db_path: Path
+    ) -> None:
+        """Why 0003 dropped (status, created_at): the status filter never used it."""
+        with sqlite3.connect(db_path) as conn:
+            indexes = {row[1] for row in conn.execute("PRAGMA index_list(jobchain_job)")}
+        conn.close()
+        assert "jobchain_job_listing_status_idx" not in indexes
+        params: dict[str, object] = {
+            name: "[]" for name in ("type_names", "chain_type_names", "chain_ids", "job_ids")
+        }
+        params |= {"statuses": '["pending"]', "limit": 10}
+        params |= dict.fromkeys(("created_from", "created_to", "after_key", "after_id"))
+        plan = self.plan(db_path, queries("jobchain_").jobs_list_desc, params)
+        assert "jobchain_job_listing_idx" in plan
+
 
 class TestCancellation:
     async def test_cancelled_transaction_rolls_back_and_frees_the_writer(
@@ -325,8 +350,11 @@ class TestSchema:
         assert job.attempt_started_at == job.first_attempt_at
         with sqlite3.connect(db_path) as conn:
             names = [row[0] for row in conn.execute("SELECT name FROM jobchain_migration ORDER BY name")]
+            indexes = {row[1] for row in conn.execute("PRAGMA index_list(jobchain_job)")}
         conn.close()
-        assert names == ["0001_initial", "0002_attempt_start"]
+        assert names == ["0001_initial", "0002_attempt_start", "0003_drop_listing_status_idx"]
+        assert "jobchain_job_listing_status_idx" not in indexes
+        assert "jobchain_job_listing_idx" in indexes
 
     async def test_status_outside_the_state_machine_is_rejected_by_the_database(
         self, adapter: SqliteStateAdapter, db_path: Path

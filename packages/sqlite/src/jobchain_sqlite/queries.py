@@ -103,7 +103,7 @@ def queries(prefix: str) -> Queries:
     return Queries(**values)
 
 
-MIGRATIONS: tuple[str, ...] = ("0001_initial", "0002_attempt_start")
+MIGRATIONS: tuple[str, ...] = ("0001_initial", "0002_attempt_start", "0003_drop_listing_status_idx")
 """Migration names in the order they apply; each is ``migrations/<name>.sql``."""
 
 
