@@ -57,7 +57,7 @@ from jobchain_postgres.rows import (
     Shape,
     json_text,
     new_jobs_document,
-    new_roots_params,
+    new_roots_document,
     utc,
     uuid_or_none,
     uuids,
@@ -240,10 +240,10 @@ class PostgresStateTx(ListingsMixin):
         of each job is what was written.
         """
         jobs = params.jobs
-        query_params = new_roots_params(jobs, _check_now(params.now))
-        ids = query_params["ids"]
+        ids, document = new_roots_document(jobs)
+        query_params = {"now": _check_now(params.now), "jobs": document}
         _shape, rows = await self._rows(self._q.jobs_create_roots, query_params, write=True, ids=ids)
-        decided = {str(row[0]): (utc(row[1]), utc(row[2])) for row in rows}
+        decided = {row[0]: (utc(row[1]), utc(row[2])) for row in rows}
         results: list[JobCreated] = []
         for job_id, new in zip(ids, jobs, strict=True):
             created_at, scheduled_at = decided[job_id]

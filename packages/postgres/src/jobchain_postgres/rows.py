@@ -8,6 +8,7 @@ later migration that appends a column changes nothing here.
 from __future__ import annotations
 
 import json
+import re
 import uuid
 from collections.abc import Sequence
 from datetime import UTC, datetime, timedelta
@@ -151,10 +152,15 @@ def utc_or_none(value: datetime | None) -> datetime | None:
     return None if value is None else utc(value)
 
 
+_CANONICAL_UUID = re.compile(r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}")
+
+
 def uuid_or_none(value: object) -> str | None:
     """``value`` as a canonical UUID string, or None if it cannot be one (so it matches no row)."""
     if not isinstance(value, str):
         return None
+    if _CANONICAL_UUID.fullmatch(value):
+        return value  # already what str(uuid.UUID(value)) would give
     try:
         return str(uuid.UUID(value))
     except ValueError:
@@ -220,25 +226,34 @@ def new_jobs_document(jobs: Sequence[NewJob]) -> str:
     return json_text(items)
 
 
-def _json_or_null(value: JsonValue) -> str | None:
-    return None if value is None else json_text(value)
+def new_roots_document(jobs: Sequence[NewJob]) -> tuple[list[str], str]:
+    """The ids and the JSON document of ``jobs_create_roots`` (new chains only).
 
-
-def new_roots_params(jobs: Sequence[NewJob], now: datetime | None) -> dict[str, Any]:
-    """Parameters of ``jobs_create_roots``: one array per column, in input order."""
-    ids = [job_uuid(new.id) for new in jobs]
-    schedules = [new.schedule for new in jobs]
-    return {
-        "now": now,
-        "ids": ids,
-        "type_names": [new.type_name for new in jobs],
-        "chain_type_names": [new.chain_type_name for new in jobs],
-        "inputs": [_json_or_null(new.input) for new in jobs],
-        "scheduled_ats": [None if s is None else s.at for s in schedules],
-        "delays": [None if s is None or s.after is None else s.after.total_seconds() for s in schedules],
-        "trace_contexts": [_json_or_null(new.trace_context) for new in jobs],
-        "chain_trace_contexts": [_json_or_null(new.chain_trace_context) for new in jobs],
-    }
+    One ``json.dumps`` of the whole batch costs a fraction of psycopg's adaptation of one
+    array parameter per column.
+    """
+    ids: list[str] = []
+    items: list[dict[str, Any]] = []
+    for position, new in enumerate(jobs):
+        job_id = job_uuid(new.id)
+        ids.append(job_id)
+        schedule = new.schedule
+        items.append(
+            {
+                "ord": position,
+                "id": job_id,
+                "type_name": new.type_name,
+                "chain_type_name": new.chain_type_name,
+                "input": new.input,
+                "scheduled_at": None if schedule is None or schedule.at is None else schedule.at.isoformat(),
+                "delay": None
+                if schedule is None or schedule.after is None
+                else schedule.after.total_seconds(),
+                "trace_context": new.trace_context,
+                "chain_trace_context": new.chain_trace_context,
+            }
+        )
+    return ids, json_text(items)
 
 
 __all__ = [
@@ -247,7 +262,7 @@ __all__ = [
     "job_uuid",
     "json_text",
     "new_jobs_document",
-    "new_roots_params",
+    "new_roots_document",
     "schedule_params",
     "utc",
     "uuid_or_none",

@@ -1,5 +1,5 @@
 -- jobs_create_roots: jobs_create for a batch of new chains that need no deduplication, no blockers
--- and no continuation (what most starts are): one multi-row INSERT from parallel arrays, without
+-- and no continuation (what most starts are): one multi-row INSERT from a JSON document, without
 -- the general statement's planning and lookups. An explicit id that already exists fails the
 -- whole statement on the primary key (DuplicateJobIdError), as in the general statement.
 -- Returns what the server decides (the clock and the clamped schedule), in input order.
@@ -15,12 +15,9 @@ SELECT
     GREATEST(COALESCE(x.scheduled_at, clock.now + make_interval(secs => COALESCE(x.delay, 0))), clock.now),
     x.trace_context, x.chain_trace_context
 FROM clock
-CROSS JOIN unnest(
-    %(ids)s::uuid[], %(type_names)s::text[], %(chain_type_names)s::text[], %(inputs)s::jsonb[],
-    %(scheduled_ats)s::timestamptz[], %(delays)s::double precision[],
-    %(trace_contexts)s::jsonb[], %(chain_trace_contexts)s::jsonb[]
-) WITH ORDINALITY AS x(
-    id, type_name, chain_type_name, input, scheduled_at, delay, trace_context, chain_trace_context, ord
+CROSS JOIN jsonb_to_recordset(%(jobs)s::jsonb) AS x(
+    ord integer, id uuid, type_name text, chain_type_name text, input jsonb,
+    scheduled_at timestamptz, delay double precision, trace_context jsonb, chain_trace_context jsonb
 )
 ORDER BY x.ord
-RETURNING id AS _id, created_at AS _created_at, scheduled_at AS _scheduled_at
+RETURNING id::text AS _id, created_at AS _created_at, scheduled_at AS _scheduled_at
