@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import asyncio
-from datetime import timedelta
+from datetime import UTC, datetime, timedelta
 
 from jobchain.contracts import (
     CompletesJobsInBatches,
@@ -138,3 +138,26 @@ async def test_blockers_completing_together_release_their_dependents_exactly(
         [last] = await tx.jobs_complete([JobComplete(job_id=c.id, worker_id="w")])
     assert isinstance(last, JobCompleted)
     assert [job.id for job in last.unblocked_jobs] == [all_three.id]
+
+
+async def test_outputs_and_times_are_stored_as_job_complete_stores_them(
+    pg_state: PostgresStateAdapter,
+) -> None:
+    grouped, alone = _new("t"), _new("t")
+    async with pg_state.transaction() as tx:
+        await tx.jobs_create(JobsCreate(jobs=[grouped, alone]))
+        await tx.jobs_acquire(JobsAcquire(type_names=["t"], worker_id="w", lease_for=LEASE, limit=2))
+    at = datetime(2031, 5, 6, 7, 8, 9, 123456, tzinfo=UTC)
+    async with pg_state.transaction() as tx:
+        [result] = await tx.jobs_complete([JobComplete(job_id=grouped.id, worker_id="w", now=at)])
+        await tx.job_complete(JobComplete(job_id=alone.id, worker_id="w", now=at))
+    assert isinstance(result, JobCompleted)
+    assert result.job.completed_at == at
+    async with pg_state.transaction(read_only=True) as tx:
+        cursor = await tx.connection.execute(
+            f"SELECT output IS NULL, output = 'null'::jsonb, completed_at FROM {pg_state.options.schema}."
+            f"{pg_state.options.table_prefix}job WHERE id = ANY(%s) ORDER BY id = %s DESC",
+            ([grouped.id, alone.id], grouped.id),
+        )
+        rows = await cursor.fetchall()
+    assert rows[0] == rows[1] == (False, True, at)

@@ -380,17 +380,18 @@ class PostgresStateTx(ListingsMixin):
         ids = [uuid_or_none(item.job_id) for item in params]
         if not params or None in ids or len(set(ids)) != len(ids):
             return [await _refused_or(self.job_complete(item)) for item in params]
-        shape, rows = await self._rows(
-            self._q.jobs_complete,
+        items = [
             {
-                "job_ids": ids,
-                "worker_ids": [item.worker_id for item in params],
-                "lease_generations": [item.lease_generation for item in params],
-                "outputs": [json_text(item.output) for item in params],
-                "nows": [_check_now(item.now) for item in params],
-            },
-            write=True,
-        )
+                "position": position,
+                "job_id": job_id,
+                "worker_id": item.worker_id,
+                "lease_generation": item.lease_generation,
+                "output": item.output,
+                "now": None if (now := _check_now(item.now)) is None else now.isoformat(),
+            }
+            for position, (job_id, item) in enumerate(zip(ids, params, strict=True), start=1)
+        ]
+        shape, rows = await self._rows(self._q.jobs_complete, {"items": json_text(items)}, write=True)
         by_position: dict[int, list[Row]] = {}
         for row in rows:
             by_position.setdefault(shape.scalar(row, "_position"), []).append(row)

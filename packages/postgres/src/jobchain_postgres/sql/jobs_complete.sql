@@ -7,11 +7,13 @@
 -- decremented once by their number (an UPDATE changes a row at most once per statement), and
 -- is reported under the last of those items.
 WITH items AS (
-    SELECT i.*
-    FROM unnest(
-        %(job_ids)s::uuid[], %(worker_ids)s::text[], %(lease_generations)s::bigint[],
-        %(outputs)s::jsonb[], %(nows)s::timestamptz[]
-    ) WITH ORDINALITY AS i(job_id, worker_id, lease_generation, output, now, position)
+    -- One JSON document for the group (cheaper to send than one array per column). A JSON null
+    -- output arrives as SQL NULL here and is stored as JSON null, as job_complete stores it.
+    SELECT i.position, i.job_id, i.worker_id, i.lease_generation,
+           COALESCE(i.output, 'null'::jsonb) AS output, i.now
+    FROM jsonb_to_recordset(%(items)s::jsonb) AS i(
+        position bigint, job_id uuid, worker_id text, lease_generation bigint, output jsonb, now timestamptz
+    )
 ),
 target AS (
     SELECT j.id, j.chain_id, j.chain_index, j.status, j.leased_by, j.lease_generation
