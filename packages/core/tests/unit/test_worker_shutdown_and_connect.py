@@ -3,8 +3,11 @@
 from __future__ import annotations
 
 import asyncio
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -94,3 +97,59 @@ async def test_connect_attaches_the_observers_that_plugins_provide() -> None:
     finally:
         pm.unregister(plugin)
     assert "chain_created" in recorder.names
+
+
+class GatedState(MemoryStateAdapter):
+    """Holds the next write transaction at its start until ``gate`` is set; counts claims."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.gate: asyncio.Event | None = None
+        self.entered = asyncio.Event()
+        self.claims = 0
+
+    @asynccontextmanager
+    async def transaction(self, *args: Any, **kwargs: Any) -> AsyncIterator[Any]:
+        gate = self.gate
+        if gate is not None and not kwargs.get("read_only"):
+            self.gate = None
+            self.entered.set()
+            await gate.wait()
+        async with super().transaction(*args, **kwargs) as tx:
+            acquire = tx.jobs_acquire
+
+            async def counted(params: Any) -> Any:
+                self.claims += 1
+                return await acquire(params)
+
+            tx.jobs_acquire = counted
+            yield tx
+
+
+async def test_a_claim_whose_transaction_opens_after_stop_claims_nothing() -> None:
+    processors = Processors()
+
+    @processors.handler(slow)
+    async def handle(attempt: Attempt[Item, None]) -> Completed:
+        return await attempt.complete(None)
+
+    state = GatedState()
+    client = Client(state, None, types)
+    worker = Worker(client, processors, poll_interval=0.02)
+    await worker.start()
+    await asyncio.sleep(0.05)  # the worker polls an empty queue
+    state.gate = gate = asyncio.Event()
+    await asyncio.wait_for(state.entered.wait(), 5)  # its next claim is opening its transaction
+    async with client.transaction() as tx:
+        started = await client.start_chain(tx, slow, Item(n=1))
+    claims_before = state.claims
+    stopping = asyncio.ensure_future(worker.stop())
+    await asyncio.sleep(0)
+    gate.set()
+    await asyncio.wait_for(stopping, 5)
+
+    assert state.claims == claims_before
+    job = await client.get_job(started.id)
+    assert job is not None
+    assert job.status is JobStatus.PENDING
+    assert job.attempt == 0

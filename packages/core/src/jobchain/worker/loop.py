@@ -233,6 +233,10 @@ class Worker:
     async def _claim(self, limit: int) -> tuple[list[Job], bool]:
         lease = self._lease or DEFAULT_LEASE
         async with self.client.state.transaction() as tx:
+            if self._stopping:
+                # stop() came while the transaction was opening: a claim now would only hand
+                # its jobs straight back, with an attempt recorded that never ran.
+                return [], False
             acquired = await tx.jobs_acquire(
                 JobsAcquire(
                     type_names=self._type_names,
