@@ -29,8 +29,7 @@ from jobchain.errors import (
     JobNotFoundError,
     JobTakenByAnotherWorkerError,
 )
-from jobchain_sqlite import SqliteOptions, SqliteStateAdapter
-from jobchain_sqlite.errors import DatabaseLockedError
+from jobchain_sqlite import SqliteStateAdapter
 from jobchain_sqlite.queries import queries
 from jobchain_sqlite.rows import JOB_COLUMNS
 
@@ -319,71 +318,3 @@ class TestRowLayout:
         conn.close()
         assert details[0].startswith("SCAN json_each")
         assert "jobchain_job_listing_status_idx" not in "\n".join(details)
-
-
-class TestDeferredBegin:
-    """BEGIN goes out with a transaction's first statement (one thread hand-off less)."""
-
-    def test_the_one_hand_off_path_is_live_on_this_aiosqlite(self) -> None:
-        # Without these aiosqlite internals the adapter still works, with two hand-offs.
-        assert callable(getattr(aiosqlite.Connection, "_execute", None))
-        assert isinstance(getattr(aiosqlite.Connection, "_conn", None), property)
-
-    async def test_a_failed_begin_leaves_the_next_statement_inside_the_transaction(
-        self, db_path: Path
-    ) -> None:
-        adapter = SqliteStateAdapter(SqliteOptions(path=str(db_path), busy_timeout=0.05))
-        await adapter.migrate()
-        first, second = _new(), _new()
-        holder = sqlite3.connect(db_path, isolation_level=None)
-        holder.execute("BEGIN IMMEDIATE")
-        try:
-
-            async def locked_then_free_then_undo() -> None:
-                async with adapter.transaction() as tx:
-                    with pytest.raises(DatabaseLockedError):
-                        await tx.jobs_create(JobsCreate(jobs=[first]))
-                    holder.execute("ROLLBACK")
-                    await tx.jobs_create(JobsCreate(jobs=[second]))
-                    raise RuntimeError("undo")
-
-            with pytest.raises(RuntimeError, match="undo"):
-                await locked_then_free_then_undo()
-            # The second insert ran inside the transaction (not in autocommit): rolled back.
-            async with adapter.transaction(read_only=True) as tx:
-                assert await tx.job_get(JobGet(job_id=first.id)) is None
-                assert await tx.job_get(JobGet(job_id=second.id)) is None
-        finally:
-            if holder.in_transaction:
-                holder.execute("ROLLBACK")
-            holder.close()
-            await adapter.close()
-
-    async def test_a_transaction_without_statements_commits_nothing_and_frees_the_writer(
-        self, adapter: SqliteStateAdapter, db_path: Path
-    ) -> None:
-        async with adapter.transaction():
-            pass
-        with sqlite3.connect(db_path, timeout=0) as other:
-            other.execute("BEGIN IMMEDIATE")  # the adapter holds no SQLite write lock
-            other.execute("ROLLBACK")
-        other.close()
-        job = _new()
-        async with adapter.transaction() as tx:
-            await tx.jobs_create(JobsCreate(jobs=[job]))
-        async with adapter.transaction(read_only=True) as tx:
-            assert await tx.job_get(JobGet(job_id=job.id)) is not None
-
-    async def test_first_statement_in_a_savepoint_still_begins_a_write_transaction(
-        self, adapter: SqliteStateAdapter, db_path: Path
-    ) -> None:
-        job = _new()
-        async with adapter.transaction() as tx:
-            async with tx.savepoint() as sp:
-                await sp.jobs_create(JobsCreate(jobs=[job]))
-            with sqlite3.connect(db_path, timeout=0) as other:
-                with pytest.raises(sqlite3.OperationalError, match="locked"):
-                    other.execute("BEGIN IMMEDIATE")  # BEGIN IMMEDIATE went out with SAVEPOINT
-            other.close()
-        async with adapter.transaction(read_only=True) as tx:
-            assert await tx.job_get(JobGet(job_id=job.id)) is not None

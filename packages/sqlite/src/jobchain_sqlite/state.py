@@ -170,23 +170,22 @@ class SqliteStateAdapter:
         self, conn: aiosqlite.Connection, begin: str, read_only: bool
     ) -> AsyncIterator[StateTx]:
         executor = AiosqliteExecutor(conn, own=True)
-        # BEGIN goes out with the first statement (one thread hand-off less per transaction).
-        # The asyncio write lock is already held, and SQLite takes a read snapshot only at
-        # the first read anyway, so beginning then is indistinguishable from beginning here.
-        executor.begin = begin
         ctx = self._context(executor, read_only, foreign_keys=True)
+        try:
+            with translating(self.options.path, self.options.table_prefix):
+                await executor.fetch(begin)
+        except BaseException:
+            # Cancelled mid-BEGIN, the statement may still run on aiosqlite's thread; the
+            # ROLLBACK queues behind it, so the connection never stays inside a transaction.
+            await self._rollback(executor)
+            raise
         try:
             yield SqliteTx(ctx)
         except BaseException:
             ctx.closed = True
-            # Cancelled mid-statement, the BEGIN and statement may still run on aiosqlite's
-            # thread; the ROLLBACK queues behind them, so the connection never stays inside
-            # a transaction.
             await self._rollback(executor)
             raise
         ctx.closed = True
-        if executor.begin is not None:
-            return  # no statement ran: there is no transaction to commit
         try:
             with translating(self.options.path, self.options.table_prefix):
                 await executor.fetch("COMMIT")
@@ -196,8 +195,6 @@ class SqliteStateAdapter:
 
     async def _rollback(self, executor: Executor) -> None:
         """Roll back unconditionally; "no transaction is active" and other errors are moot here."""
-        if isinstance(executor, AiosqliteExecutor):
-            executor.begin = None  # a bare ROLLBACK, never prefixed by a deferred BEGIN
         with contextlib.suppress(JobchainError, sqlite3.Error, ValueError):
             await executor.fetch("ROLLBACK")
 
