@@ -14,6 +14,8 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
+import pytest
+
 from jobchain import ChainStart, Client, Job, JobStatus, JobTypes
 from jobchain.contracts import JobComplete, JobCompleted, JobsAcquire
 from jobchain.errors import JobAlreadyCompletedError, JobTakenByAnotherWorkerError, TransientStateError
@@ -249,3 +251,67 @@ async def test_a_staged_handler_learns_a_refused_group_completion_from_complete(
         await asyncio.wait_for(refused.wait(), 10)
     assert chain.output == {"n": -1}
     assert [type(e) for e in errors] == [JobAlreadyCompletedError]
+
+
+async def test_a_returned_handler_frees_its_slot_while_its_completion_commits(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    gate = asyncio.Event()
+    write_group = CompletionGroups._write_group
+
+    async def held(self: CompletionGroups, group: list[Any]) -> None:
+        await gate.wait()
+        await write_group(self, group)
+
+    monkeypatch.setattr(CompletionGroups, "_write_group", held)
+    client = Client(MemoryStateAdapter(), MemoryNotifyAdapter(), types)
+    ids = await _start(client, 10)
+    ran: list[int] = []
+    processors = Processors()
+
+    @processors.handler(item)
+    async def handle(attempt: Attempt[Item, Doubled]) -> Completed:
+        ran.append(attempt.input.n)
+        return await attempt.complete(Doubled(n=attempt.input.n))
+
+    async with Worker(client, processors, concurrency=2, poll_interval=0.02):
+        await asyncio.sleep(0.3)
+        # Two handlers returned and wait for their commit; their slots ran two more, and with
+        # four commits pending (twice the concurrency) the slots stay taken.
+        assert len(ran) == 4
+        gate.set()
+        chains = [await client.await_chain(chain_id, timeout=10, poll_interval=0.05) for chain_id in ids]
+    assert sorted(c.output["n"] for c in chains) == list(range(10))
+    assert sorted(ran) == list(range(10))
+
+
+async def test_a_second_group_is_written_while_the_first_waits_for_its_commit(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    state = CountingState()
+    client = Client(state, MemoryNotifyAdapter(), types)
+    jobs = await _claimed(state, client, 3)
+    first_gate = asyncio.Event()
+    writing: list[int] = []
+    write_group = CompletionGroups._write_group
+
+    async def slow_first(self: CompletionGroups, group: list[Any]) -> None:
+        writing.append(len(group))
+        if len(writing) == 1:
+            await first_gate.wait()
+        await write_group(self, group)
+
+    monkeypatch.setattr(CompletionGroups, "_write_group", slow_first)
+    groups = CompletionGroups(client, writers=2)
+    now = datetime.now(UTC)
+    first = asyncio.ensure_future(groups.complete(jobs[0], {"n": 0}, worker_id="w", now=now))
+    await asyncio.sleep(0.05)  # the first group is being written and waits
+    later = [
+        asyncio.ensure_future(groups.complete(job, {"n": 1}, worker_id="w", now=now)) for job in jobs[1:]
+    ]
+    done = await asyncio.wait_for(asyncio.gather(*later), 5)  # written while the first still waits
+    assert not first.done()
+    assert [f.job.status for f in done] == [JobStatus.COMPLETED] * 2
+    assert writing == [1, 2]  # the two later completions shared the second writer's group
+    first_gate.set()
+    assert (await asyncio.wait_for(first, 5)).job.status is JobStatus.COMPLETED

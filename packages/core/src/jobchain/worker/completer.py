@@ -4,8 +4,9 @@ An attempt whose handler called ``complete(output)`` with no callback, continuat
 middleware, outside any open transaction, writes nothing but the completion itself. Such
 completions are queued here (atomic ones when the handler returns, staged ones from
 ``complete``, which waits for the result) and written together: one transaction (one
-commit, one fsync) for every completion that arrived while the previous group was being
-written, as River's and Graphile Worker's batch completers do.
+commit, one fsync) for every completion that arrived while the groups before were being
+written, as River's and Graphile Worker's batch completers do. Two groups may be in flight
+at once, so the next group does not wait for the previous one's fsync.
 
 A refused completion (lease lost, job deleted or completed elsewhere) changes nothing in
 the group's transaction, so it fails only its own attempt. Any other error fails the
@@ -32,6 +33,10 @@ log = logging.getLogger("jobchain.worker")
 DEFAULT_GROUP_SIZE = 100
 """Most completions written in one transaction."""
 
+DEFAULT_WRITERS = 2
+"""Groups written at the same time: a group that waits for its commit's fsync does not hold
+back the next one, and the database flushes commits that arrive together with one fsync."""
+
 
 def _new_future() -> asyncio.Future[JobFinished]:
     future: asyncio.Future[JobFinished] = asyncio.get_running_loop().create_future()
@@ -56,28 +61,42 @@ class _Request:
 
 
 class CompletionGroups:
-    """Writes queued completions in groups of up to ``group_size``, one group at a time."""
+    """Writes queued completions in groups of up to ``group_size``, up to ``writers`` groups at a time."""
 
-    def __init__(self, client: Client, group_size: int = DEFAULT_GROUP_SIZE) -> None:
+    def __init__(
+        self, client: Client, group_size: int = DEFAULT_GROUP_SIZE, writers: int = DEFAULT_WRITERS
+    ) -> None:
         self._client = client
         self._group_size = group_size
+        self._max_writers = writers
         self._queue: list[_Request] = []
-        self._writer: asyncio.Task[None] | None = None
+        self._writers: set[asyncio.Task[None]] = set()
+        self._gathering = 0  # writers that have not taken their group yet
 
     async def complete(self, job: Job, output: Any, *, worker_id: str, now: datetime) -> JobFinished:
         """Queue the completion of ``job`` with its already encoded ``output``; return once committed."""
         request = _Request(job=job, output=output, worker_id=worker_id, now=now)
         self._queue.append(request)
-        if self._writer is None or self._writer.done():
-            self._writer = asyncio.get_running_loop().create_task(self._write_all())
+        # A new writer only when every writer is busy writing: while one is still gathering,
+        # this completion joins its group.
+        if self._gathering == 0 and len(self._writers) < self._max_writers:
+            writer = asyncio.get_running_loop().create_task(self._write_all())
+            self._writers.add(writer)
+            writer.add_done_callback(self._writers.discard)
         # Shielded: a cancelled attempt still learns nothing wrong, the group decides its job.
         return await asyncio.shield(request.done)
 
     async def _write_all(self) -> None:
-        # Let the attempts finishing in this loop iteration join the first group.
-        await asyncio.sleep(0)
         while self._queue:
+            self._gathering += 1
+            try:
+                # Let the attempts finishing in this loop iteration join the group.
+                await asyncio.sleep(0)
+            finally:
+                self._gathering -= 1
             group, self._queue = self._queue[: self._group_size], self._queue[self._group_size :]
+            if not group:
+                return
             try:
                 await self._write_group(group)
             except Exception as error:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import logging
 import math
 import random
@@ -78,6 +79,11 @@ class Worker:
     callback, continuation or middleware — of attempts finishing at about the same time in
     one transaction (one commit, one fsync) instead of one each; see
     :mod:`jobchain.worker.completer`. ``completed_at`` is then the worker's clock.
+
+    A slot counts a running handler: once a handler has returned, its slot takes the next job
+    while the attempt's commit is still being written. At most ``concurrency`` attempts wait
+    for their commit that way; beyond that they keep their slots (backpressure when the
+    database is slow).
     """
 
     def __init__(
@@ -121,6 +127,8 @@ class Worker:
         self._recovery = recovery
         self._type_names = sorted(self._processors)
         self._inflight: dict[str, asyncio.Task[None]] = {}
+        # In-flight attempts whose handler returned and whose commit is still being written.
+        self._committing: set[str] = set()
         # Claimed jobs waiting for a slot, with the loop time of their claim (prefetch > 0).
         self._buffer: deque[tuple[Job, float]] = deque()
         self._runners: dict[str, AttemptRunner] = {}
@@ -178,6 +186,7 @@ class Worker:
 
     @property
     def inflight_job_ids(self) -> list[str]:
+        """Jobs this worker runs now: handlers running and attempts waiting for their commit."""
         return list(self._inflight)
 
     # ------------------------------------------------------------------ loop
@@ -217,8 +226,12 @@ class Worker:
             await self._wait()
             return
 
+    def _busy_slots(self) -> int:
+        """Slots in use: running handlers, plus attempts committing beyond the free allowance."""
+        return len(self._inflight) - min(len(self._committing), self.concurrency)
+
     def _room(self) -> int:
-        return self.concurrency + self.prefetch - len(self._inflight) - len(self._buffer)
+        return self.concurrency + self.prefetch - self._busy_slots() - len(self._buffer)
 
     def _start_buffered(self) -> None:
         """Move buffered jobs into free slots; one that waited past half its lease renews first."""
@@ -226,7 +239,7 @@ class Worker:
             return
         now = asyncio.get_running_loop().time()
         stale_after = self._longest_lease(self._lease or DEFAULT_LEASE).total_seconds() / 2
-        while self._buffer and len(self._inflight) < self.concurrency and not self._stopping:
+        while self._buffer and self._busy_slots() < self.concurrency and not self._stopping:
             job, claimed_at = self._buffer.popleft()
             self._spawn(job, renew_first=now - claimed_at > stale_after)
 
@@ -270,7 +283,7 @@ class Worker:
 
     async def _wait(self) -> None:
         timeout = self.poll_interval
-        if len(self._inflight) < self.concurrency:
+        if self._busy_slots() < self.concurrency:
             async with self.client.state.transaction(read_only=True) as tx:
                 next_in = await tx.job_next_available(JobNextAvailable(type_names=self._type_names))
             if next_in is not None:
@@ -328,7 +341,7 @@ class Worker:
                 await unsubscribe()
 
     def _on_scheduled(self, type_name: str) -> None:
-        if self._stopping or len(self._inflight) >= self.concurrency:
+        if self._stopping or self._busy_slots() >= self.concurrency:
             return
         task = asyncio.get_running_loop().create_task(self._consume_hint(type_name))
         self._pending_hint_checks.add(task)
@@ -364,6 +377,7 @@ class Worker:
             self._settings_for(processor),
             self._on_attempt_event,
             self._groups,
+            on_handler_returned=functools.partial(self._committing_now, job.id),
         )
         work = runner.renew_then_run() if renew_first else runner.run()
         task = asyncio.create_task(work, name=f"jobchain-attempt-{job.id}")
@@ -372,6 +386,7 @@ class Worker:
 
         def done(_: asyncio.Task[None], job_id: str = job.id) -> None:
             self._inflight.pop(job_id, None)
+            self._committing.discard(job_id)
             self._runners.pop(job_id, None)
             # The next buffered job takes the slot now, not after a trip through the loop.
             self._start_buffered()
@@ -380,6 +395,14 @@ class Worker:
                 log.error("attempt of job %s crashed", job_id, exc_info=_.exception())
 
         task.add_done_callback(done)
+
+    def _committing_now(self, job_id: str) -> None:
+        """The handler of ``job_id`` returned; only its commit is left: its slot may run another."""
+        if job_id not in self._inflight:
+            return
+        self._committing.add(job_id)
+        self._start_buffered()
+        self._wake.set()
 
     async def _drain(self) -> None:
         if not self._inflight:

@@ -94,6 +94,8 @@ class AttemptRunner:
         settings: AttemptSettings,
         on_event: Callable[[str, Job, dict[str, Any]], None],
         completion_groups: CompletionGroups | None = None,
+        *,
+        on_handler_returned: Callable[[], None] | None = None,
     ) -> None:
         self.client = client
         self.processor = processor
@@ -102,6 +104,7 @@ class AttemptRunner:
         self.settings = settings
         self.on_event = on_event
         self.completion_groups = completion_groups
+        self.on_handler_returned = on_handler_returned
         self.attempt: Attempt[Any, Any] | None = None
         self._renewal: asyncio.Task[None] | None = None
         self._unsubscribe: Unsubscribe | None = None
@@ -121,6 +124,8 @@ class AttemptRunner:
             await self._invoke(attempt)
             if attempt.completed is None:
                 raise HandlerDidNotCompleteError()
+            if self.on_handler_returned is not None:
+                self.on_handler_returned()
             await attempt.close_success()
         except asyncio.CancelledError:
             await attempt.close_failure(asyncio.CancelledError())
