@@ -315,3 +315,43 @@ async def test_a_second_group_is_written_while_the_first_waits_for_its_commit(
     assert writing == [1, 2]  # the two later completions shared the second writer's group
     first_gate.set()
     assert (await asyncio.wait_for(first, 5)).job.status is JobStatus.COMPLETED
+
+
+class ClaimCountingState(MemoryStateAdapter):
+    """Counts jobs_acquire calls."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.claims = 0
+
+    @asynccontextmanager
+    async def transaction(self, *args: Any, **kwargs: Any) -> AsyncIterator[Any]:
+        async with super().transaction(*args, **kwargs) as tx:
+            acquire = tx.jobs_acquire
+
+            async def counted(params: Any) -> Any:
+                self.claims += 1
+                return await acquire(params)
+
+            tx.jobs_acquire = counted  # type: ignore[method-assign]
+            yield tx
+
+
+async def test_an_idle_worker_makes_one_wake_claim_and_one_recheck_per_job() -> None:
+    state = ClaimCountingState()
+    client = Client(state, MemoryNotifyAdapter(), types)
+    processors = Processors()
+
+    @processors.handler(item)
+    async def handle(attempt: Attempt[Item, Doubled]) -> Completed:
+        return await attempt.complete(Doubled(n=attempt.input.n))
+
+    async with Worker(client, processors, concurrency=1, poll_interval=30):
+        await asyncio.sleep(0.05)  # the first claim finds nothing; the worker waits
+        before = state.claims
+        for _ in range(5):
+            [chain_id] = await _start(client, 1)
+            await client.await_chain(chain_id, timeout=10, poll_interval=0.05)
+            await asyncio.sleep(0.05)
+    # Per job: the claim of the woken worker, and one re-check once its slot freed.
+    assert state.claims - before == 2 * 5

@@ -386,11 +386,16 @@ class Worker:
 
         def done(_: asyncio.Task[None], job_id: str = job.id) -> None:
             self._inflight.pop(job_id, None)
+            was_committing = job_id in self._committing
+            over_allowance = len(self._committing) > self.concurrency
             self._committing.discard(job_id)
             self._runners.pop(job_id, None)
             # The next buffered job takes the slot now, not after a trip through the loop.
             self._start_buffered()
-            self._wake.set()
+            # A committing attempt handed its slot on, and woke the loop, when its handler
+            # returned; waking again now would only add an empty claim per job.
+            if not was_committing or over_allowance:
+                self._wake.set()
             if not _.cancelled() and _.exception() is not None:
                 log.error("attempt of job %s crashed", job_id, exc_info=_.exception())
 
