@@ -95,7 +95,7 @@ class WorkerConcurrencyTests:
             return await attempt.complete(Total(total=sum(c.output["total"] for c in chains)))
 
         clients = [env.client(types) for _ in range(3)]
-        # A lease far beyond any lock wait (PostgreSQL detects deadlocks after a second): this
+        # A lease far beyond any lock wait (a database may take a second to detect a deadlock): this
         # case is about concurrent claims, not lease expiry, and an expired lease rightly lets
         # another worker run the job again.
         lease = LeaseConfig(duration=timedelta(seconds=30), renew_every=timedelta(seconds=5))
