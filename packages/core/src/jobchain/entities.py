@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 import os
+import re
 import time
 import uuid
 from collections.abc import Sequence
@@ -54,10 +55,16 @@ def new_id() -> str:
     return f"{text[:8]}-{text[8:12]}-{text[12:16]}-{text[16:20]}-{text[20:]}"
 
 
+CANONICAL_ID = re.compile(r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}")
+"""A canonical (lowercase, hyphenated) UUID string: what ``str(uuid.UUID(...))`` returns."""
+
+
 def validate_id(value: object, source: Literal["caller", "generator"] = "caller") -> str:
     """Return ``value`` as a canonical UUID string or raise :class:`InvalidJobIdError`."""
     if not isinstance(value, str):
         raise InvalidJobIdError(value, source)
+    if CANONICAL_ID.fullmatch(value):
+        return value  # already canonical: no UUID round trip (this runs for every new job)
     try:
         parsed = uuid.UUID(value)
     except ValueError:

@@ -8,7 +8,6 @@ later migration that appends a column changes nothing here.
 from __future__ import annotations
 
 import json
-import re
 import uuid
 from collections.abc import Sequence
 from datetime import UTC, datetime, timedelta
@@ -18,7 +17,7 @@ from typing import Any
 from psycopg import Column
 
 from jobchain.contracts.state import NewJob
-from jobchain.entities import Job, JobStatus, JsonValue, Schedule
+from jobchain.entities import CANONICAL_ID, Job, JobStatus, JsonValue, Schedule
 from jobchain.errors import InvalidArgumentError, InvalidJobIdError
 
 Row = tuple[Any, ...]
@@ -152,14 +151,11 @@ def utc_or_none(value: datetime | None) -> datetime | None:
     return None if value is None else utc(value)
 
 
-_CANONICAL_UUID = re.compile(r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}")
-
-
 def uuid_or_none(value: object) -> str | None:
     """``value`` as a canonical UUID string, or None if it cannot be one (so it matches no row)."""
     if not isinstance(value, str):
         return None
-    if _CANONICAL_UUID.fullmatch(value):
+    if CANONICAL_ID.fullmatch(value):
         return value  # already what str(uuid.UUID(value)) would give
     try:
         return str(uuid.UUID(value))

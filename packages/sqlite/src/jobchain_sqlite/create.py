@@ -18,7 +18,6 @@ columns are exactly those values (created_at is ``now``; the rest hold their def
 from __future__ import annotations
 
 import json
-import re
 from dataclasses import dataclass, field, replace
 from datetime import datetime
 from typing import Any
@@ -42,21 +41,11 @@ class _Lookup:
     blocker_status: dict[str, JobStatus] = field(default_factory=dict)
 
 
-# Exactly the strings validate_id accepts (a UUID whose lowercase is its canonical form),
-# checked without parsing a UUID per id; anything else goes to validate_id for its error.
-_CANONICAL_ID = re.compile(r"[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}")
-
-
-def _check_id(value: object) -> None:
-    if not (isinstance(value, str) and _CANONICAL_ID.fullmatch(value)):
-        validate_id(value)
-
-
 def _validate(jobs: list[NewJob]) -> None:
     for job in jobs:
-        _check_id(job.id)
+        validate_id(job.id)
         if job.chain_id is not None:
-            _check_id(job.chain_id)
+            validate_id(job.chain_id)
             if job.chain_index < 1:
                 raise InvalidArgumentError(
                     f"continuation {job.id} of chain {job.chain_id} needs chain_index >= 1, "
@@ -65,7 +54,7 @@ def _validate(jobs: list[NewJob]) -> None:
         elif job.chain_index != 0:
             raise InvalidArgumentError(f"a new chain's first job has chain_index 0, got {job.chain_index}")
         for chain_id in job.blocker_chain_ids:
-            _check_id(chain_id)
+            validate_id(chain_id)
 
 
 def _lookup_items(jobs: list[NewJob], now: datetime) -> str:

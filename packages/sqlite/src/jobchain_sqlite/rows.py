@@ -99,60 +99,34 @@ _loads = json.loads
 
 def job_from_row(row: Row) -> Job:
     """Build a Job from a row whose first columns are the job table's (``*`` or ``j.*`` first)."""
-    if type(row) is sqlite3.Row:
-        # By position: a sqlite3.Row looks a name up by comparing it with every column name,
-        # which made decoding the costliest step of a claim or a completion.
-        (
-            id_,
-            type_name,
-            chain_id,
-            chain_type_name,
-            chain_index,
-            status,
-            input_,
-            output,
-            created_at,
-            scheduled_at,
-            attempt,
-            last_attempt_at,
-            last_attempt_error,
-            leased_by,
-            leased_until,
-            lease_generation,
-            completed_at,
-            completed_by,
-            deduplication_key,
-            trace_context,
-            chain_trace_context,
-            first_attempt_at,
-            attempt_started_at,
-        ) = row[:23]
-    else:
-        (
-            id_,
-            type_name,
-            chain_id,
-            chain_type_name,
-            chain_index,
-            status,
-            input_,
-            output,
-            created_at,
-            scheduled_at,
-            attempt,
-            last_attempt_at,
-            last_attempt_error,
-            leased_by,
-            leased_until,
-            lease_generation,
-            completed_at,
-            completed_by,
-            deduplication_key,
-            trace_context,
-            chain_trace_context,
-            first_attempt_at,
-            attempt_started_at,
-        ) = [row[name] for name in JOB_COLUMNS]
+    # By position on the adapter's own rows: a sqlite3.Row looks a name up by comparing it
+    # with every column name, which made decoding the costliest step of a claim or completion.
+    values = row[: len(JOB_COLUMNS)] if type(row) is sqlite3.Row else [row[name] for name in JOB_COLUMNS]
+    (
+        id_,
+        type_name,
+        chain_id,
+        chain_type_name,
+        chain_index,
+        status,
+        input_,
+        output,
+        created_at,
+        scheduled_at,
+        attempt,
+        last_attempt_at,
+        last_attempt_error,
+        leased_by,
+        leased_until,
+        lease_generation,
+        completed_at,
+        completed_by,
+        deduplication_key,
+        trace_context,
+        chain_trace_context,
+        first_attempt_at,
+        attempt_started_at,
+    ) = values
     return Job(
         id=id_,
         chain_id=chain_id,
