@@ -18,7 +18,7 @@ from typing import Any
 
 import jobchain
 from jobchain import ChainStart, JobTypes
-from jobchain.worker import Attempt, Completed, Processors, Worker
+from jobchain.worker import Attempt, Batch, Completed, Processors, Worker
 
 sys.path.insert(0, str(__import__("pathlib").Path(__file__).resolve().parent))
 
@@ -79,8 +79,18 @@ class Counter:
             self.done.set()
 
 
-def processors(counter: Counter, mode: str) -> Processors:
+def processors(counter: Counter, mode: str, max_batch: int = 100) -> Processors:
     procs = Processors()
+    if mode == "batch":
+
+        async def handle_batch(batch: Batch[None, None]) -> list[None]:
+            for _ in batch.jobs:
+                counter.begin()
+                counter.end()
+            return [None] * len(batch)
+
+        procs.register_batch(noop, handle_batch, max_batch=max_batch)
+        return procs
     if mode == "atomic":
 
         async def handle(attempt: Attempt[None, None]) -> Completed:
@@ -108,7 +118,7 @@ async def work(cfg: dict[str, Any]) -> dict[str, Any]:
     mode, _, variant = cfg["mode"].partition("/")
     worker = Worker(
         client,
-        processors(counter, mode),
+        processors(counter, mode, cfg.get("max_batch", 100)),
         concurrency=cfg["concurrency"],
         prefetch=cfg.get("prefetch", 0),
         group_commit=variant != "no-group",

@@ -9,6 +9,7 @@ from jobchain_conformance.model import ModelTests
 from jobchain_conformance.suites._base import NotifySuiteBase, StateSuiteBase
 from jobchain_conformance.suites._integration_base import IntegrationSuiteBase
 from jobchain_conformance.suites.integration_await import AwaitChainTests
+from jobchain_conformance.suites.integration_batches import BatchProcessingTests
 from jobchain_conformance.suites.integration_blockers import BlockerTests
 from jobchain_conformance.suites.integration_concurrency import WorkerConcurrencyTests
 from jobchain_conformance.suites.integration_deletion import DeletionTests, WorkerlessCompletionTests
@@ -126,6 +127,7 @@ class IntegrationSuite(
     ErrorPositionTests,
     LeaseTests,
     WorkerConcurrencyTests,
+    BatchProcessingTests,
     MiddlewareTests,
     ShutdownTests,
     NotifyResilienceTests,

@@ -31,6 +31,7 @@ from jobchain.contracts.state import (
     JobsCreate,
     JobsTrigger,
     NewJob,
+    RunsOperationsAlone,
     StateAdapter,
 )
 from jobchain.entities import Chain, Deduplication, Job, Schedule, new_id, validate_id
@@ -94,7 +95,9 @@ class Client(ClientQueries):
     # ------------------------------------------------------------ lifecycle
 
     @asynccontextmanager
-    async def transaction(self, *, connection: object | None = None) -> AsyncIterator[Transaction]:
+    async def transaction(
+        self, *, connection: object | None = None, autocommit: bool = False
+    ) -> AsyncIterator[Transaction]:
         """Open a write transaction; hooks flush after it commits and are dropped on rollback.
 
         With ``connection`` (your own driver connection or session, already inside a
@@ -102,12 +105,25 @@ class Client(ClientQueries):
         notifications then go out after your commit if the backend can observe commits
         (SQLAlchemy sessions can); otherwise call ``await tx.flush()`` after committing —
         until then workers still find the jobs by polling.
+
+        ``autocommit=True`` is for a unit of work that is one operation (say, starting a batch
+        of chains): each operation commits on its own as it returns, which saves the BEGIN
+        and COMMIT round trips where the backend can (see ``RunsOperationsAlone``; others
+        open an ordinary transaction). Two operations in it are two transactions.
         """
         self._check_open()
+        if autocommit and connection is not None:
+            raise InvalidArgumentError("autocommit cannot join your connection; your commit decides there")
         hooks = TransactionHooks(record_events=bool(self.observers))
         tx: Transaction | None = None
+        state = self.state
+        opened = (
+            state.autocommit()
+            if autocommit and isinstance(state, RunsOperationsAlone)
+            else state.transaction(connection=connection)
+        )
         try:
-            async with self.state.transaction(connection=connection) as state_tx:
+            async with opened as state_tx:
                 tx = Transaction(state_tx, hooks, self)
                 yield tx
                 tx.close()

@@ -115,8 +115,10 @@ class PostgresStateTx(ListingsMixin):
         atomic_claim: bool,
         read_only: bool,
         prepare: bool | None,
+        autocommit: bool = False,
     ) -> None:
         self._conn = connection
+        self._autocommit = autocommit
         self._q = queries
         self._atomic_claim = atomic_claim
         self._read_only = read_only
@@ -167,6 +169,11 @@ class PostgresStateTx(ListingsMixin):
         A savepoint whose body leaves the transaction poisoned is rolled back and raises
         TransientStateError; rolling back recovers the outer transaction.
         """
+        if self._autocommit:
+            raise InvalidArgumentError(
+                "savepoints need a transaction, and this one commits each operation on its own; "
+                "use transaction() instead of autocommit()"
+            )
         return self._savepoint()
 
     @asynccontextmanager
@@ -396,10 +403,13 @@ class PostgresStateTx(ListingsMixin):
         for row in rows:
             by_position.setdefault(shape.scalar(row, "_position"), []).append(row)
         results: list[JobCompleted | JobchainError] = []
+        # In autocommit the statement above has committed: a busy job's own failure must not
+        # fail the call, or its caller would write the committed ones again.
+        refusals = (JobchainError,) if self._autocommit else COMPLETION_REFUSALS
         for position, item in enumerate(params, start=1):
             rows_of = by_position[position]
             if shape.scalar(_target(shape, rows_of), "_busy"):
-                results.append(await _refused_or(self.job_complete(item)))
+                results.append(await _refused_or(self.job_complete(item), refusals))
             else:
                 results.append(_completed_or_refusal(shape, rows_of, item))
         return results
@@ -531,10 +541,12 @@ def _completed_or_refusal(shape: Shape, rows: list[Row], params: JobComplete) ->
         return refused
 
 
-async def _refused_or(pending: Awaitable[JobCompleted]) -> JobCompleted | JobchainError:
+async def _refused_or(
+    pending: Awaitable[JobCompleted], refusals: tuple[type[JobchainError], ...] = COMPLETION_REFUSALS
+) -> JobCompleted | JobchainError:
     try:
         return await pending
-    except COMPLETION_REFUSALS as refused:
+    except refusals as refused:
         return refused
 
 

@@ -151,13 +151,46 @@ class PostgresStateAdapter:
             return self._joined(connection, read_only)
         return self._own(read_only)
 
-    def _tx(self, connection: AnyConnection, read_only: bool) -> PostgresStateTx:
+    def autocommit(self, *, read_only: bool = False) -> AbstractAsyncContextManager[PostgresStateTx]:
+        """Run each operation as its own transaction: no BEGIN and no COMMIT round trip.
+
+        For a unit of work that is one operation (the worker's claims and group completions).
+        Savepoints raise InvalidArgumentError. On a pooled connection that is not in
+        autocommit mode (a pool or connection of yours) this is an ordinary transaction.
+        """
+        if self._closed:
+            raise closed()
+        return self._autocommit(read_only)
+
+    @asynccontextmanager
+    async def _autocommit(self, read_only: bool) -> AsyncIterator[PostgresStateTx]:
+        async with self._checkout() as connection:
+            if connection.autocommit and connection.info.transaction_status == TransactionStatus.IDLE:
+                tx = self._tx(connection, read_only, autocommit=True)
+                try:
+                    yield tx
+                except TransientStateError:
+                    if connection.broken:
+                        # A server restart kills every pooled connection: check the idle ones
+                        # now rather than fail one operation per dead connection.
+                        with contextlib.suppress(Exception):
+                            await self._provider.recover()
+                    raise
+                finally:
+                    tx._end()
+                return
+        # Not in autocommit mode (your pool or connection): an ordinary transaction.
+        async with self._own(read_only) as tx:
+            yield tx
+
+    def _tx(self, connection: AnyConnection, read_only: bool, *, autocommit: bool = False) -> PostgresStateTx:
         return PostgresStateTx(
             connection,
             self._queries,
             atomic_claim=self.options.claim == "atomic-update",
             read_only=read_only,
             prepare=self._prepare,
+            autocommit=autocommit,
         )
 
     @asynccontextmanager

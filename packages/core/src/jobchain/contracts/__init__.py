@@ -32,6 +32,7 @@ from jobchain.contracts.state import (
     JobsTriggered,
     NewJob,
     ObservesCallerCommits,
+    RunsOperationsAlone,
     StateAdapter,
     StateTx,
 )
@@ -69,6 +70,7 @@ __all__ = [
     "NotifyAdapter",
     "CompletesJobsInBatches",
     "ObservesCallerCommits",
+    "RunsOperationsAlone",
     "Observer",
     "StateAdapter",
     "StateProvider",

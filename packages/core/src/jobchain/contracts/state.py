@@ -404,6 +404,23 @@ class ObservesCallerCommits(Protocol):
         ...
 
 
+@runtime_checkable
+class RunsOperationsAlone(Protocol):
+    """Optional: an adapter that can run an operation as its own transaction."""
+
+    def autocommit(self, *, read_only: bool = False) -> AbstractAsyncContextManager[StateTx]:
+        """A StateTx whose every operation commits on its own as it returns.
+
+        For a unit of work that is a single operation (a claim, a group of completions, a
+        plain start): no BEGIN and no COMMIT round trips. Each statement is atomic and durable
+        when the operation returns; an operation the adapter runs as several statements
+        commits each one, and each leaves a consistent state (a claim retried after losing
+        candidates keeps what it claimed first). Savepoints raise InvalidArgumentError.
+        An adapter that cannot run a given connection that way opens an ordinary transaction.
+        """
+        ...
+
+
 COMPLETION_REFUSALS = (JobNotFoundError, JobAlreadyCompletedError, JobTakenByAnotherWorkerError)
 """The errors with which a state adapter refuses a completion without writing anything."""
 

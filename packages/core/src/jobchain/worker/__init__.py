@@ -9,6 +9,7 @@ from jobchain.worker.attempt import (
     HandlerDidNotCompleteError,
 )
 from jobchain.worker.backoff import Backoff, LeaseConfig
+from jobchain.worker.batch import Batch, BatchResultError
 from jobchain.worker.loop import Worker
 from jobchain.worker.processors import AttemptMiddleware, Processors
 
@@ -20,6 +21,8 @@ __all__ = [
     "AttemptMiddleware",
     "AttemptMisuseError",
     "Backoff",
+    "Batch",
+    "BatchResultError",
     "Completed",
     "Continue",
     "HandlerDidNotCompleteError",

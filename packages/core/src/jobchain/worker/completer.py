@@ -77,14 +77,30 @@ class CompletionGroups:
         """Queue the completion of ``job`` with its already encoded ``output``; return once committed."""
         request = _Request(job=job, output=output, worker_id=worker_id, now=now)
         self._queue.append(request)
+        self._ensure_writer()
+        # Shielded: a cancelled attempt still learns nothing wrong, the group decides its job.
+        return await asyncio.shield(request.done)
+
+    async def complete_many(
+        self, items: list[tuple[Job, Any]], *, worker_id: str, now: datetime
+    ) -> list[JobFinished | BaseException]:
+        """Queue many completions at once (a batch handler's); each result or refusal in its place."""
+        if not items:
+            return []
+        requests = [_Request(job=job, output=output, worker_id=worker_id, now=now) for job, output in items]
+        self._queue.extend(requests)
+        self._ensure_writer()
+        return await asyncio.shield(
+            asyncio.gather(*(request.done for request in requests), return_exceptions=True)
+        )
+
+    def _ensure_writer(self) -> None:
         # A new writer only when every writer is busy writing: while one is still gathering,
-        # this completion joins its group.
+        # the completions just queued join its group.
         if self._gathering == 0 and len(self._writers) < self._max_writers:
             writer = asyncio.get_running_loop().create_task(self._write_all())
             self._writers.add(writer)
             writer.add_done_callback(self._writers.discard)
-        # Shielded: a cancelled attempt still learns nothing wrong, the group decides its job.
-        return await asyncio.shield(request.done)
 
     async def _write_all(self) -> None:
         while self._queue:
@@ -106,7 +122,8 @@ class CompletionGroups:
 
     async def _write_group(self, group: list[_Request]) -> None:
         items = [PlainCompletion(job=r.job, output=r.output, worker_id=r.worker_id, now=r.now) for r in group]
-        async with self._client.transaction() as tx:
+        # One statement where the adapter batches completions: it commits on its own.
+        async with self._client.transaction(autocommit=True) as tx:
             results = await complete_jobs(tx, items)
         for request, result in zip(group, results, strict=True):
             _settle(request, result)

@@ -10,6 +10,7 @@ import math
 import random
 from collections import deque
 from collections.abc import Sequence
+from contextlib import AbstractAsyncContextManager
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 
@@ -19,6 +20,8 @@ from jobchain.contracts import (
     JobReschedule,
     JobsAcquire,
     JobsReapExpired,
+    RunsOperationsAlone,
+    StateTx,
 )
 from jobchain.entities import Job, Schedule
 from jobchain.errors import (
@@ -34,6 +37,7 @@ from jobchain.worker.backoff import (
     Backoff,
     LeaseConfig,
 )
+from jobchain.worker.batch import BatchRunner
 from jobchain.worker.completer import CompletionGroups
 from jobchain.worker.ids import make_worker_id
 from jobchain.worker.processors import (
@@ -84,6 +88,9 @@ class Worker:
     while the attempt's commit is still being written. At most ``concurrency`` attempts wait
     for their commit that way; beyond that they keep their slots (backpressure when the
     database is slow).
+
+    A batch processor (``Processors.register_batch``) takes up to its ``max_batch`` claimed
+    jobs of its type in one slot; claims then ask for that many jobs per free slot.
     """
 
     def __init__(
@@ -120,6 +127,10 @@ class Worker:
         self.concurrency = concurrency
         self.prefetch = prefetch
         self._groups = CompletionGroups(client) if group_commit else None
+        # Batches always write their outputs together, group commit or not.
+        self._batch_groups = self._groups or CompletionGroups(client)
+        # Jobs one slot may take: a batch processor's max_batch, else one.
+        self._slot_jobs = max(p.max_batch or 1 for p in self._processors.values())
         self.poll_interval = _positive_seconds("poll_interval", poll_interval)
         self.shutdown_timeout = _positive_seconds("shutdown_timeout", shutdown_timeout)
         self._retry = retry
@@ -131,7 +142,9 @@ class Worker:
         self._committing: set[str] = set()
         # Claimed jobs waiting for a slot, with the loop time of their claim (prefetch > 0).
         self._buffer: deque[tuple[Job, float]] = deque()
-        self._runners: dict[str, AttemptRunner] = {}
+        self._runners: dict[str, AttemptRunner | BatchRunner] = {}
+        # Jobs beyond the first of each running batch: they share their batch's slot.
+        self._batched_extra = 0
         self._wake = asyncio.Event()
         self._stopping = False
         self._loop_task: asyncio.Task[None] | None = None
@@ -139,6 +152,9 @@ class Worker:
         self._listen_failures = 0
         self._listen_retry_at = 0.0
         self._pending_hint_checks: set[asyncio.Task[None]] = set()
+        # Claims and look-ups are one operation each: run them without BEGIN/COMMIT round trips
+        # where the adapter can.
+        self._runs_alone = isinstance(client.state, RunsOperationsAlone)
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -228,10 +244,12 @@ class Worker:
 
     def _busy_slots(self) -> int:
         """Slots in use: running handlers, plus attempts committing beyond the free allowance."""
-        return len(self._inflight) - min(len(self._committing), self.concurrency)
+        return len(self._inflight) - self._batched_extra - min(len(self._committing), self.concurrency)
 
     def _room(self) -> int:
-        return self.concurrency + self.prefetch - self._busy_slots() - len(self._buffer)
+        """Jobs to claim: what the free slots take, plus the prefetch buffer's free places."""
+        free_slots = self.concurrency - self._busy_slots()
+        return free_slots * self._slot_jobs + self.prefetch - len(self._buffer)
 
     def _start_buffered(self) -> None:
         """Move buffered jobs into free slots; one that waited past half its lease renews first."""
@@ -241,11 +259,28 @@ class Worker:
         stale_after = self._longest_lease(self._lease or DEFAULT_LEASE).total_seconds() / 2
         while self._buffer and self._busy_slots() < self.concurrency and not self._stopping:
             job, claimed_at = self._buffer.popleft()
-            self._spawn(job, renew_first=now - claimed_at > stale_after)
+            processor = self._processors.get(job.type_name)
+            if processor is not None and processor.max_batch is not None:
+                jobs = [job, *self._take_buffered(job.type_name, processor.max_batch - 1)]
+                self._spawn_batch(processor, jobs, renew_first=now - claimed_at > stale_after)
+            else:
+                self._spawn(job, renew_first=now - claimed_at > stale_after)
+
+    def _take_buffered(self, type_name: str, limit: int) -> list[Job]:
+        """Up to ``limit`` buffered jobs of ``type_name``, oldest first, out of the buffer."""
+        taken: list[Job] = []
+        kept: deque[tuple[Job, float]] = deque()
+        for entry in self._buffer:
+            if len(taken) < limit and entry[0].type_name == type_name:
+                taken.append(entry[0])
+            else:
+                kept.append(entry)
+        self._buffer = kept
+        return taken
 
     async def _claim(self, limit: int) -> tuple[list[Job], bool]:
         lease = self._lease or DEFAULT_LEASE
-        async with self.client.state.transaction() as tx:
+        async with self._operation() as tx:
             if self._stopping:
                 # stop() came while the transaction was opening: a claim now would only hand
                 # its jobs straight back, with an attempt recorded that never ran.
@@ -259,6 +294,14 @@ class Worker:
                 )
             )
         return acquired.jobs, acquired.has_more
+
+    def _operation(self, *, read_only: bool = False) -> AbstractAsyncContextManager[StateTx]:
+        """A scope for one state operation: its own transaction, in autocommit where possible."""
+        state = self.client.state
+        if self._runs_alone:
+            assert isinstance(state, RunsOperationsAlone)
+            return state.autocommit(read_only=read_only)
+        return state.transaction(read_only=read_only)
 
     def _longest_lease(self, fallback: LeaseConfig) -> timedelta:
         # One claim covers several types; each attempt renews with its own lease later.
@@ -284,7 +327,7 @@ class Worker:
     async def _wait(self) -> None:
         timeout = self.poll_interval
         if self._busy_slots() < self.concurrency:
-            async with self.client.state.transaction(read_only=True) as tx:
+            async with self._operation(read_only=True) as tx:
                 next_in = await tx.job_next_available(JobNextAvailable(type_names=self._type_names))
             if next_in is not None:
                 timeout = min(timeout, next_in.total_seconds())
@@ -398,6 +441,36 @@ class Worker:
                 self._wake.set()
             if not _.cancelled() and _.exception() is not None:
                 log.error("attempt of job %s crashed", job_id, exc_info=_.exception())
+
+        task.add_done_callback(done)
+
+    def _spawn_batch(self, processor: Processor, jobs: list[Job], *, renew_first: bool) -> None:
+        runner = BatchRunner(
+            self.client,
+            processor,
+            jobs,
+            self.worker_id,
+            self._settings_for(processor),
+            self._on_attempt_event,
+            self._batch_groups,
+        )
+        task = asyncio.create_task(runner.run(renew_first=renew_first), name=f"jobchain-batch-{jobs[0].id}")
+        for job in jobs:
+            self._inflight[job.id] = task
+            self._runners[job.id] = runner
+        self._batched_extra += len(jobs) - 1
+
+        def done(_: asyncio.Task[None]) -> None:
+            for job in jobs:
+                self._inflight.pop(job.id, None)
+                self._runners.pop(job.id, None)
+            self._batched_extra -= len(jobs) - 1
+            self._start_buffered()
+            self._wake.set()
+            if not _.cancelled() and _.exception() is not None:
+                log.error(
+                    "batch of %d %s jobs crashed", len(jobs), processor.job_type.name, exc_info=_.exception()
+                )
 
         task.add_done_callback(done)
 

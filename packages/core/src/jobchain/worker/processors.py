@@ -18,6 +18,7 @@ if TYPE_CHECKING:
     from jobchain.job_types import JobType
     from jobchain.transactions import Transaction
     from jobchain.worker.attempt import Attempt, Completed
+    from jobchain.worker.batch import Batch
 
 I = TypeVar("I")  # noqa: E741 -- conventional input/output type variable names
 O = TypeVar("O")  # noqa: E741
@@ -45,6 +46,12 @@ class Processor:
     middleware: tuple[object, ...]
     retry: Backoff | None = None
     lease: LeaseConfig | None = None
+    max_batch: int | None = None
+    """Set for a batch processor: its handler takes up to this many jobs at once."""
+
+
+DEFAULT_MAX_BATCH = 100
+"""Most jobs a batch handler receives at once unless it says otherwise."""
 
 
 @dataclass
@@ -83,6 +90,58 @@ class Processors:
 
         def decorate(fn: Callable[[Attempt[I, O]], Any]) -> Callable[[Attempt[I, O]], Any]:
             self.register(job_type, fn, retry=retry, lease=lease)
+            return fn
+
+        return decorate
+
+    def register_batch(
+        self,
+        job_type: JobType[I, O],
+        handler: Callable[[Batch[I, O]], Awaitable[Sequence[O | BaseException]]]
+        | Callable[[Batch[I, O]], Sequence[O | BaseException]],
+        *,
+        max_batch: int = DEFAULT_MAX_BATCH,
+        retry: Backoff | None = None,
+        lease: LeaseConfig | None = None,
+    ) -> None:
+        """Handle ``job_type`` many jobs at a time: ``handler(batch)`` returns one output per job.
+
+        An exception in a job's place reschedules that job alone; a handler that raises
+        reschedules the whole batch. See :class:`jobchain.worker.Batch`.
+        """
+        if job_type.name in self._by_type:
+            raise DuplicateJobTypeError([job_type.name])
+        if not callable(handler):
+            raise InvalidArgumentError(f"batch handler for {job_type.name!r} must be callable")
+        if not isinstance(max_batch, int) or isinstance(max_batch, bool) or max_batch < 1:
+            raise InvalidArgumentError(f"max_batch must be a positive integer, got {max_batch!r}")
+        if self.middleware:
+            raise InvalidArgumentError(
+                f"middleware wraps one attempt at a time; register the batch handler for "
+                f"{job_type.name!r} in a Processors() slice without middleware"
+            )
+        self._by_type[job_type.name] = Processor(
+            job_type=job_type,
+            handler=handler,
+            is_async=_is_async(handler),
+            middleware=(),
+            retry=retry,
+            lease=lease,
+            max_batch=max_batch,
+        )
+
+    def batch_handler(
+        self,
+        job_type: JobType[I, O],
+        *,
+        max_batch: int = DEFAULT_MAX_BATCH,
+        retry: Backoff | None = None,
+        lease: LeaseConfig | None = None,
+    ) -> Callable[[Callable[[Batch[I, O]], Any]], Callable[[Batch[I, O]], Any]]:
+        """Decorator form of :meth:`register_batch`."""
+
+        def decorate(fn: Callable[[Batch[I, O]], Any]) -> Callable[[Batch[I, O]], Any]:
+            self.register_batch(job_type, fn, max_batch=max_batch, retry=retry, lease=lease)
             return fn
 
         return decorate

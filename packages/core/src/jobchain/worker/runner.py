@@ -273,49 +273,57 @@ class AttemptRunner:
                     return
 
     async def _reschedule(self, error: BaseException) -> None:
-        if isinstance(error, RescheduleJobError):
-            schedule = (
-                error.schedule if isinstance(error.schedule, Schedule) else Schedule(after=timedelta(0))
-            )
-            message = error.cause or "rescheduled by the handler (no reason given)"
-        elif isinstance(error, AttemptAbortedError) and error.reason is AbortReason.SHUTDOWN:
-            schedule = Schedule(after=timedelta(0))
-            message = "released: the worker shut down before the attempt finished"
-        else:
-            schedule = Schedule(after=self.settings.retry.delay(self.job.attempt))
-            message = describe_error(error)
-        request = JobReschedule(
-            job_id=self.job.id,
-            schedule=schedule,
-            error=message,
-            worker_id=self.worker_id,
-            lease_generation=self.job.lease_generation,
-        )
-        loop = asyncio.get_running_loop()
-        lease_ends = loop.time() + self.settings.lease.duration.total_seconds()
-        for tries in range(1, RESCHEDULE_TRIES + 1):
-            try:
-                async with self.client.transaction() as tx:
-                    job = await tx.state.job_reschedule(request)
-                    tx.hooks.job_scheduled(job.type_name)
-                break
-            except _LOST as lost:
-                self.on_event("job_attempt_" + reason_for_error(lost).value, self.job, {})
+        await reschedule_attempt(self.client, self.job, self.worker_id, self.settings, self.on_event, error)
+
+
+async def reschedule_attempt(
+    client: Client,
+    job: Job,
+    worker_id: str,
+    settings: AttemptSettings,
+    on_event: Callable[[str, Job, dict[str, Any]], None],
+    error: BaseException,
+) -> None:
+    """Hand a failed (or released) attempt's job back with its error and the retry backoff."""
+    if isinstance(error, RescheduleJobError):
+        schedule = error.schedule if isinstance(error.schedule, Schedule) else Schedule(after=timedelta(0))
+        message = error.cause or "rescheduled by the handler (no reason given)"
+    elif isinstance(error, AttemptAbortedError) and error.reason is AbortReason.SHUTDOWN:
+        schedule = Schedule(after=timedelta(0))
+        message = "released: the worker shut down before the attempt finished"
+    else:
+        schedule = Schedule(after=settings.retry.delay(job.attempt))
+        message = describe_error(error)
+    request = JobReschedule(
+        job_id=job.id,
+        schedule=schedule,
+        error=message,
+        worker_id=worker_id,
+        lease_generation=job.lease_generation,
+    )
+    loop = asyncio.get_running_loop()
+    lease_ends = loop.time() + settings.lease.duration.total_seconds()
+    for tries in range(1, RESCHEDULE_TRIES + 1):
+        try:
+            async with client.transaction() as tx:
+                rescheduled = await tx.state.job_reschedule(request)
+                tx.hooks.job_scheduled(rescheduled.type_name)
+            break
+        except _LOST as lost:
+            on_event("job_attempt_" + reason_for_error(lost).value, job, {})
+            return
+        except Exception:
+            # The store failed too. Leaving the job running would park it until its lease
+            # runs out, so try again while the lease holds; past that the reaper has it.
+            delay = settings.recovery.delay(tries).total_seconds()
+            if tries == RESCHEDULE_TRIES or loop.time() + delay >= lease_ends:
+                log.warning(
+                    "could not reschedule job %s; it returns when its lease expires", job.id, exc_info=True
+                )
                 return
-            except Exception:
-                # The store failed too. Leaving the job running would park it until its lease
-                # runs out, so try again while the lease holds; past that the reaper has it.
-                delay = self.settings.recovery.delay(tries).total_seconds()
-                if tries == RESCHEDULE_TRIES or loop.time() + delay >= lease_ends:
-                    log.warning(
-                        "could not reschedule job %s; it returns when its lease expires",
-                        self.job.id,
-                        exc_info=True,
-                    )
-                    return
-                await asyncio.sleep(delay)
-        self.on_event(
-            "job_attempt_failed",
-            self.job,
-            {"error": f"{type(error).__name__}: {error}", "rescheduled_at": job.scheduled_at.isoformat()},
-        )
+            await asyncio.sleep(delay)
+    on_event(
+        "job_attempt_failed",
+        job,
+        {"error": f"{type(error).__name__}: {error}", "rescheduled_at": rescheduled.scheduled_at.isoformat()},
+    )

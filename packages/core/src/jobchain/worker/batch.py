@@ -1,0 +1,214 @@
+"""Batch processors: one handler call for many claimed jobs of one type.
+
+The worker hands a batch handler up to ``max_batch`` claimed jobs of its type at once (one
+slot for the whole batch). The handler runs outside any transaction while the worker renews
+every job's lease, and returns one entry per job, in order: the job's output, or an
+exception to reschedule that job alone. The outputs are then written in one group
+completion (one statement where the adapter batches completions), in which each job is
+decided on its own: a job whose lease was lost meanwhile is refused without undoing the
+others, as a savepoint per job would. A handler that raises reschedules every job of the
+batch with that error.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Callable, Sequence
+from datetime import UTC, datetime
+from typing import TYPE_CHECKING, Any, Generic, TypeVar
+
+from jobchain.contracts import JobRenewLease
+from jobchain.entities import Job
+from jobchain.errors import JobchainError
+from jobchain.worker.abort import AbortReason, AbortSignal
+from jobchain.worker.runner import (
+    _LOST,
+    AttemptSettings,
+    reason_for_error,
+    reschedule_attempt,
+)
+
+if TYPE_CHECKING:
+    from jobchain.client import Client
+    from jobchain.worker.completer import CompletionGroups
+    from jobchain.worker.processors import Processor
+
+log = logging.getLogger("jobchain.worker")
+
+I = TypeVar("I")  # noqa: E741 -- conventional input/output type variable names
+O = TypeVar("O")  # noqa: E741
+
+
+class BatchResultError(JobchainError):
+    """A batch handler must return a sequence with one output (or exception) per job, in order."""
+
+
+class Batch(Generic[I, O]):
+    """What a batch handler receives: claimed jobs of one type and their decoded inputs.
+
+    ``jobs[i]`` goes with ``inputs[i]``; return a sequence whose ``i``-th entry is that job's
+    output, or an exception to reschedule that job alone (``RescheduleJobError`` chooses
+    when). ``signal`` fires when the worker shuts down or every job's lease was lost.
+    """
+
+    __slots__ = ("context", "inputs", "jobs", "signal", "worker_id")
+
+    def __init__(self, jobs: list[Job], inputs: list[I], worker_id: str) -> None:
+        self.jobs = jobs
+        self.inputs = inputs
+        self.worker_id = worker_id
+        self.signal = AbortSignal()
+        self.context: dict[str, Any] = {}
+
+    def __len__(self) -> int:
+        return len(self.jobs)
+
+
+class BatchRunner:
+    """Runs one batch to its end: renew the leases, call the handler, complete or reschedule each job."""
+
+    def __init__(
+        self,
+        client: Client,
+        processor: Processor,
+        jobs: list[Job],
+        worker_id: str,
+        settings: AttemptSettings,
+        on_event: Callable[[str, Job, dict[str, Any]], None],
+        groups: CompletionGroups,
+    ) -> None:
+        self.client = client
+        self.processor = processor
+        self.jobs = jobs
+        self.worker_id = worker_id
+        self.settings = settings
+        self.on_event = on_event
+        self.groups = groups
+        self.attempt: Batch[Any, Any] | None = None  # named as AttemptRunner's: the worker aborts it
+        self._lost: set[str] = set()
+
+    async def run(self, *, renew_first: bool = False) -> None:
+        """Run the batch; never raises except on cancellation."""
+        for job in self.jobs:
+            self.on_event("job_attempt_started", job, {})
+        if renew_first:
+            await self._renew_all()
+        jobs: list[Job] = []
+        inputs: list[Any] = []
+        undecodable: list[tuple[Job, BaseException]] = []
+        for job in self.jobs:
+            if job.id in self._lost:
+                continue
+            try:
+                inputs.append(self.processor.job_type.decode_input(job.input))
+            except Exception as error:  # stored input no longer matches the type: retry later
+                undecodable.append((job, error))
+                continue
+            jobs.append(job)
+        await self._reschedule_each(undecodable)
+        if not jobs:
+            return
+        batch: Batch[Any, Any] = Batch(jobs, inputs, self.worker_id)
+        self.attempt = batch
+        renewal = asyncio.create_task(self._renew_forever(batch))
+        try:
+            outputs = await self._call(batch)
+        except asyncio.CancelledError:
+            raise
+        except BaseException as error:
+            if isinstance(error, (KeyboardInterrupt, SystemExit)):
+                raise
+            await self._reschedule_each([(job, error) for job in jobs if job.id not in self._lost])
+            return
+        finally:
+            renewal.cancel()
+            await asyncio.gather(renewal, return_exceptions=True)
+        await self._finish(jobs, outputs)
+
+    async def _call(self, batch: Batch[Any, Any]) -> list[Any]:
+        handler = self.processor.handler
+        if self.processor.is_async:
+            result = await handler(batch)
+        else:
+            result = await asyncio.to_thread(handler, batch)
+        if isinstance(result, (str, bytes)) or not isinstance(result, Sequence) or len(result) != len(batch):
+            got = f"{len(result)} entries" if isinstance(result, Sequence) else type(result).__name__
+            raise BatchResultError(
+                f"the batch handler for {self.processor.job_type.name!r} got {len(batch)} jobs and "
+                f"returned {got}; return a list with one output (or exception) per job, in order"
+            )
+        return list(result)
+
+    async def _finish(self, jobs: list[Job], outputs: list[Any]) -> None:
+        job_type = self.processor.job_type
+        completions: list[tuple[Job, Any]] = []
+        failures: list[tuple[Job, BaseException]] = []
+        for job, output in zip(jobs, outputs, strict=True):
+            if job.id in self._lost:
+                self.on_event("job_attempt_taken_by_another_worker", job, {})
+            elif isinstance(output, BaseException):
+                failures.append((job, output))
+            else:
+                try:
+                    completions.append((job, job_type.encode_output(output)))
+                except Exception as error:
+                    failures.append((job, error))
+        now = datetime.now(UTC)
+        results = await self.groups.complete_many(completions, worker_id=self.worker_id, now=now)
+        for (job, _output), result in zip(completions, results, strict=True):
+            if isinstance(result, _LOST):
+                self.on_event("job_attempt_" + reason_for_error(result).value, job, {})
+            elif isinstance(result, BaseException):
+                failures.append((job, result))
+            else:
+                self.on_event("job_attempt_completed", job, {"continued": False})
+        await self._reschedule_each(failures)
+
+    async def _reschedule_each(self, failures: list[tuple[Job, BaseException]]) -> None:
+        if failures:
+            await asyncio.gather(
+                *(
+                    reschedule_attempt(self.client, job, self.worker_id, self.settings, self.on_event, error)
+                    for job, error in failures
+                )
+            )
+
+    async def _renew_all(self) -> None:
+        """Extend the lease of every job still ours, in one transaction; note the ones lost."""
+        async with self.client.state.transaction() as tx:
+            for job in self.jobs:
+                if job.id in self._lost:
+                    continue
+                try:
+                    await tx.job_renew_lease(
+                        JobRenewLease(
+                            job_id=job.id,
+                            worker_id=self.worker_id,
+                            lease_for=self.settings.lease.duration,
+                            lease_generation=job.lease_generation,
+                        )
+                    )
+                except _LOST as lost:
+                    # A refused renewal changes nothing, so the transaction carries on.
+                    self._lost.add(job.id)
+                    self.on_event("job_attempt_" + reason_for_error(lost).value, job, {})
+
+    async def _renew_forever(self, batch: Batch[Any, Any]) -> None:
+        lease = self.settings.lease
+        loop = asyncio.get_running_loop()
+        expires = loop.time() + lease.duration.total_seconds()
+        while not batch.signal.aborted:
+            await asyncio.sleep(lease.renew_every.total_seconds())
+            try:
+                await self._renew_all()
+                expires = loop.time() + lease.duration.total_seconds()
+            except Exception:
+                # A transient failure: keep trying until the leases would have run out.
+                log.warning("lease renewal of a batch of %d jobs failed", len(batch), exc_info=True)
+                if loop.time() >= expires:
+                    batch.signal.abort(AbortReason.ERROR)
+                    return
+            if all(job.id in self._lost for job in batch.jobs):
+                batch.signal.abort(AbortReason.TAKEN_BY_ANOTHER_WORKER)
+                return
