@@ -38,9 +38,12 @@ async def start(state: str, notify: str, how: str, n: int, batch: int) -> dict[s
     client = await connect(state, notify)
     try:
         t0 = time.perf_counter()
-        if how == "single":
+        if how in ("single", "single-autocommit"):
+            # single-autocommit: the one INSERT is the whole transaction (no BEGIN/COMMIT round
+            # trips), as a one-statement enqueue is elsewhere.
+            autocommit = how == "single-autocommit"
             for _ in range(n):
-                async with client.transaction() as tx:
+                async with client.transaction(autocommit=autocommit) as tx:
                     await client.start_chain(tx, noop, None)
         else:
             for i in range(0, n, batch):
@@ -118,7 +121,8 @@ async def work(cfg: dict[str, Any]) -> dict[str, Any]:
     mode, _, variant = cfg["mode"].partition("/")
     worker = Worker(
         client,
-        processors(counter, mode, cfg.get("max_batch", 100)),
+        # "batch/50": a batch processor taking up to 50 jobs per handler call.
+        processors(counter, mode, int(variant) if mode == "batch" and variant else 100),
         concurrency=cfg["concurrency"],
         prefetch=cfg.get("prefetch", 0),
         group_commit=variant != "no-group",

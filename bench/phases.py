@@ -51,6 +51,8 @@ JC_PROCESS = [
     ("atomic", 20, 20, False),
     ("staged", 20, 20, False),
     ("atomic/no-group", 10, 10, False),  # group commit off: what it buys, in the same run
+    ("batch/100", 10, 0, True),  # a batch processor: up to 100 jobs per handler call
+    ("batch/50", 10, 50, False),
 ]
 BEST_JC = ("atomic", 10, 10)  # the history and long-run phases use this configuration
 # (batch_size, max_concurrent_tasks, primary): cap 10 forces batch <= 5; batch 10 cap 20 was its best.
@@ -63,7 +65,8 @@ PHASE_PLAN_KEYS = {"latency": ("latency", "latency_other"), "wake_hints": ("wake
 
 
 def jc_label(mode: str, conc: int, prefetch: int) -> str:
-    return f"{mode} c{conc}" + (f" prefetch {prefetch}" if prefetch else "")
+    name = mode.replace("batch/", "batch of ") if mode.startswith("batch/") else mode
+    return f"{name} c{conc}" + (f" prefetch {prefetch}" if prefetch else "")
 
 
 @dataclass
@@ -241,10 +244,13 @@ class Runner:
     _first_repeat = 0.0
 
     def _starts(self, lib: str, rep: int, argv: list[str], clear: Any) -> None:
-        """single, batch of 100, batch of 1,000 (the last batch run's jobs are left for processing)."""
+        """single, batch of 100, batch of 1,000 (the last batch run's jobs are left for processing);
+        jobchain also starts single chains in autocommit (the INSERT is the whole transaction)."""
         n = self.plan.jobs
+        autocommit = [("single autocommit", "single-autocommit", self.plan.single, 1)]
         for config, how, count, batch in (
             ("single", "single", self.plan.single, 1),
+            *(autocommit if lib.startswith("jobchain") else []),
             ("batch 100", "batch", n, 100),
             ("batch 1000", "batch", n, 1000),
         ):

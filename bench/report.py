@@ -61,10 +61,15 @@ def _start_table(res: Results) -> list[str]:
         "| jobchain ÷ procrastinate | jobchain SQLite | jobchain in-process |",
         "|---|---|---|---|---|---|---|---|",
     ]
-    for config in ("single", "batch 100", "batch 1000"):
+    for config in ("single", "single autocommit", "batch 100", "batch 1000"):
         jc, pgq, pro = (res.stat("start", lib, config) for lib in PG_LIBS)
+        if config == "single autocommit":  # the peers' one-at-a-time enqueue is one statement too
+            pgq, pro = (res.stat("start", lib, "single") for lib in PG_LIBS[1:])
         sq, mem = res.stat("start", "jobchain-sqlite", config), res.stat("start", "jobchain-memory", config)
-        label = "one per transaction" if config == "single" else f"batches of {config.split()[1]}"
+        label = {
+            "single": "one per transaction",
+            "single autocommit": "one per transaction, jobchain in autocommit (peers: as above)",
+        }.get(config, f"batches of {config.split()[-1]}")
         out.append(
             f"| {label} | {cell(jc)} | {cell(pgq)} | {cell(pro)} | {ratio(jc, pgq)} | {ratio(jc, pro)} "
             f"| {cell(sq)} | {cell(mem)} |"
@@ -257,6 +262,13 @@ def targets(res: Results) -> list[tuple[str, str, str, bool | None]]:
     _, pro_best = res.best("process", "procrastinate")
     add("PostgreSQL processing, best jobchain mode ÷ pgqueuer best", 2, r(jc_best, pgq_best))
     add("PostgreSQL processing, best jobchain mode ÷ procrastinate best", 10, r(jc_best, pro_best))
+    per_job = best_of(
+        res,
+        "process",
+        "jobchain-pg",
+        tuple(c for c in res.configs("process", "jobchain-pg") if not c.startswith("batch")),
+    )
+    add("… best per-job mode (one handler call per job) ÷ pgqueuer best", 2, r(per_job, pgq_best))
     atomic = best_of(res, "process", "jobchain-pg", ("atomic c10", "atomic c10 prefetch 10"))
     add(
         "per-job atomic c10 ÷ hand-written SKIP LOCKED",
@@ -268,6 +280,11 @@ def targets(res: Results) -> list[tuple[str, str, str, bool | None]]:
         1.5,
         r(res.stat("start", "jobchain-pg", "single"), res.stat("start", "pgqueuer", "single")),
     )
+    add(
+        "start one at a time, jobchain in autocommit ÷ pgqueuer",
+        1.5,
+        r(res.stat("start", "jobchain-pg", "single autocommit"), res.stat("start", "pgqueuer", "single")),
+    )
     for b in ("batch 100", "batch 1000"):
         add(
             f"start {b} ÷ pgqueuer {b}",
@@ -276,6 +293,8 @@ def targets(res: Results) -> list[tuple[str, str, str, bool | None]]:
         )
     sq = best_of(res, "process", "jobchain-sqlite", ("atomic c10", "atomic c10 prefetch 10"))
     add("SQLite processing atomic c10", 10000, sq.median if sq else None, " jobs/s")
+    _, sq_best = res.best("process", "jobchain-sqlite")
+    add("… SQLite processing, best mode (batch processors included)", 10000, sq_best.median if sq_best else None, " jobs/s")
     sb = res.stat("start", "jobchain-sqlite", "batch 1000")
     add("SQLite batched start (1,000)", 50000, sb.median if sb else None, " chains/s")
     for lib, config, samples in _latency_rows(res):
