@@ -294,7 +294,12 @@ def targets(res: Results) -> list[tuple[str, str, str, bool | None]]:
     sq = best_of(res, "process", "jobchain-sqlite", ("atomic c10", "atomic c10 prefetch 10"))
     add("SQLite processing atomic c10", 10000, sq.median if sq else None, " jobs/s")
     _, sq_best = res.best("process", "jobchain-sqlite")
-    add("… SQLite processing, best mode (batch processors included)", 10000, sq_best.median if sq_best else None, " jobs/s")
+    add(
+        "… SQLite processing, best mode (batch processors included)",
+        10000,
+        sq_best.median if sq_best else None,
+        " jobs/s",
+    )
     sb = res.stat("start", "jobchain-sqlite", "batch 1000")
     add("SQLite batched start (1,000)", 50000, sb.median if sb else None, " chains/s")
     for lib, config, samples in _latency_rows(res):
