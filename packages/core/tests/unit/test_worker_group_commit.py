@@ -257,13 +257,13 @@ async def test_a_returned_handler_frees_its_slot_while_its_completion_commits(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     gate = asyncio.Event()
-    write_group = CompletionGroups._write_group
+    write_together = CompletionGroups._write_together
 
-    async def held(self: CompletionGroups, group: list[Any]) -> None:
+    async def held(self: CompletionGroups, group: list[Any]) -> list[Any]:
         await gate.wait()
-        await write_group(self, group)
+        return await write_together(self, group)
 
-    monkeypatch.setattr(CompletionGroups, "_write_group", held)
+    monkeypatch.setattr(CompletionGroups, "_write_together", held)
     client = Client(MemoryStateAdapter(), MemoryNotifyAdapter(), types)
     ids = await _start(client, 10)
     ran: list[int] = []
@@ -293,15 +293,15 @@ async def test_a_second_group_is_written_while_the_first_waits_for_its_commit(
     jobs = await _claimed(state, client, 3)
     first_gate = asyncio.Event()
     writing: list[int] = []
-    write_group = CompletionGroups._write_group
+    write_together = CompletionGroups._write_together
 
-    async def slow_first(self: CompletionGroups, group: list[Any]) -> None:
+    async def slow_first(self: CompletionGroups, group: list[Any]) -> list[Any]:
         writing.append(len(group))
         if len(writing) == 1:
             await first_gate.wait()
-        await write_group(self, group)
+        return await write_together(self, group)
 
-    monkeypatch.setattr(CompletionGroups, "_write_group", slow_first)
+    monkeypatch.setattr(CompletionGroups, "_write_together", slow_first)
     groups = CompletionGroups(client, writers=2)
     now = datetime.now(UTC)
     first = asyncio.ensure_future(groups.complete(jobs[0], {"n": 0}, worker_id="w", now=now))

@@ -15,12 +15,25 @@ from operator import itemgetter
 from typing import Any
 
 from psycopg import Column
+from psycopg.abc import Buffer
+from psycopg.adapt import Loader
 
 from jobchain.contracts.state import NewJob
 from jobchain.entities import CANONICAL_ID, Job, JobStatus, JsonValue, Schedule
 from jobchain.errors import InvalidArgumentError, InvalidJobIdError
 
 Row = tuple[Any, ...]
+
+UUID_OID = 2950
+"""The ``uuid`` type's oid (fixed in PostgreSQL's catalog)."""
+
+
+class UuidAsText(Loader):
+    """Loads ``uuid`` columns as their canonical text, which is what jobchain's ids are."""
+
+    def load(self, data: Buffer) -> str:
+        return bytes(data).decode()
+
 
 _JOB_FIELDS = (
     "id",

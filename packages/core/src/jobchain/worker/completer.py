@@ -53,10 +53,7 @@ def _seen(future: asyncio.Future[JobFinished]) -> None:
 
 @dataclass(slots=True)
 class _Request:
-    job: Job
-    output: Any
-    worker_id: str
-    now: datetime
+    item: PlainCompletion
     done: asyncio.Future[JobFinished] = field(default_factory=_new_future)
 
 
@@ -75,7 +72,7 @@ class CompletionGroups:
 
     async def complete(self, job: Job, output: Any, *, worker_id: str, now: datetime) -> JobFinished:
         """Queue the completion of ``job`` with its already encoded ``output``; return once committed."""
-        request = _Request(job=job, output=output, worker_id=worker_id, now=now)
+        request = _Request(PlainCompletion(job=job, output=output, worker_id=worker_id, now=now))
         self._queue.append(request)
         self._ensure_writer()
         # Shielded: a cancelled attempt still learns nothing wrong, the group decides its job.
@@ -84,15 +81,16 @@ class CompletionGroups:
     async def complete_many(
         self, items: list[tuple[Job, Any]], *, worker_id: str, now: datetime
     ) -> list[JobFinished | BaseException]:
-        """Queue many completions at once (a batch handler's); each result or refusal in its place."""
-        if not items:
-            return []
-        requests = [_Request(job=job, output=output, worker_id=worker_id, now=now) for job, output in items]
-        self._queue.extend(requests)
-        self._ensure_writer()
-        return await asyncio.shield(
-            asyncio.gather(*(request.done for request in requests), return_exceptions=True)
-        )
+        """Write a batch handler's completions as groups of their own; each result or refusal in
+        its place. (They already finish together: no queue, no future per completion.)"""
+        completions = [
+            PlainCompletion(job=job, output=output, worker_id=worker_id, now=now) for job, output in items
+        ]
+        results: list[JobFinished | BaseException] = []
+        for start in range(0, len(completions), self._group_size):
+            # Shielded: a cancelled batch still lets its group decide its jobs.
+            results += await asyncio.shield(self._write(completions[start : start + self._group_size]))
+        return results
 
     def _ensure_writer(self) -> None:
         # A new writer only when every writer is busy writing: while one is still gathering,
@@ -113,26 +111,28 @@ class CompletionGroups:
             group, self._queue = self._queue[: self._group_size], self._queue[self._group_size :]
             if not group:
                 return
-            try:
-                await self._write_group(group)
-            except Exception as error:
-                log.info("group of %d completions failed (%s); writing them one by one", len(group), error)
-                for request in group:
-                    await self._write_alone(request)
+            results = await self._write([request.item for request in group])
+            for request, result in zip(group, results, strict=True):
+                _settle(request, result)
 
-    async def _write_group(self, group: list[_Request]) -> None:
-        items = [PlainCompletion(job=r.job, output=r.output, worker_id=r.worker_id, now=r.now) for r in group]
+    async def _write(self, items: list[PlainCompletion]) -> list[JobFinished | BaseException]:
+        """Write ``items`` in one transaction; if it fails, each of them in a transaction of its own."""
+        try:
+            return await self._write_together(items)
+        except Exception as error:
+            log.info("group of %d completions failed (%s); writing them one by one", len(items), error)
+        results: list[JobFinished | BaseException] = []
+        for item in items:
+            try:
+                results += await self._write_together([item])
+            except Exception as error:
+                results.append(error)
+        return results
+
+    async def _write_together(self, items: list[PlainCompletion]) -> list[JobFinished | BaseException]:
         # One statement where the adapter batches completions: it commits on its own.
         async with self._client.transaction(autocommit=True) as tx:
-            results = await complete_jobs(tx, items)
-        for request, result in zip(group, results, strict=True):
-            _settle(request, result)
-
-    async def _write_alone(self, request: _Request) -> None:
-        try:
-            await self._write_group([request])
-        except Exception as error:
-            _settle(request, error)
+            return list(await complete_jobs(tx, items))
 
 
 def _settle(request: _Request, result: JobFinished | BaseException) -> None:
