@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+from collections import Counter
 from dataclasses import dataclass
 from datetime import timedelta
 
@@ -12,7 +13,7 @@ from jobchain import ChainStart, Client, Job, JobStatus, JobTypes, Schedule
 from jobchain.errors import InvalidArgumentError, RescheduleJobError
 from jobchain.memory.notify import MemoryNotifyAdapter
 from jobchain.memory.state import MemoryStateAdapter
-from jobchain.worker import Batch, Processors, Worker
+from jobchain.worker import Batch, LeaseConfig, Processors, Worker
 
 
 @dataclass
@@ -217,3 +218,45 @@ def test_register_batch_checks_its_arguments() -> None:
         processors.register_batch(item, "not a function")  # type: ignore[arg-type]
     with pytest.raises(InvalidArgumentError, match="without middleware"):
         Processors(middleware=[object()]).register_batch(item, lambda batch: [])
+
+
+async def test_a_long_batch_keeps_its_leases_and_no_other_worker_runs_its_jobs() -> None:
+    client = _client()
+    ids = await _start(client, 4)
+    lease = LeaseConfig(duration=timedelta(milliseconds=300), renew_every=timedelta(milliseconds=50))
+    calls: Counter[str] = Counter()
+    processors = Processors()
+
+    @processors.batch_handler(item, lease=lease)
+    async def handle(batch: Batch[Item, int]) -> list[int]:
+        for job in batch.jobs:
+            calls[job.id] += 1
+        await asyncio.sleep(1.0)  # three lease lengths: only renewals keep the jobs ours
+        return [i.n for i in batch.inputs]
+
+    first = Worker(client, processors, poll_interval=0.05, name="first")
+    second = Worker(client, processors, poll_interval=0.05, name="second")
+    async with first, second:
+        chains = [await client.await_chain(chain_id, timeout=10, poll_interval=0.05) for chain_id in ids]
+    assert [c.output for c in chains] == [0, 1, 2, 3]
+    assert set(calls.values()) == {1}
+    assert len({c.last.completed_by for c in chains}) == 1
+
+
+async def test_a_job_lost_during_its_batch_is_not_completed_by_it() -> None:
+    client = _client()
+    ids = await _start(client, 3)
+    lease = LeaseConfig(duration=timedelta(milliseconds=300), renew_every=timedelta(milliseconds=50))
+    processors = Processors()
+
+    @processors.batch_handler(item, lease=lease)
+    async def handle(batch: Batch[Item, int]) -> list[int]:
+        async with client.transaction() as tx:
+            await client.delete_chains(tx, [ids[1]])
+        await asyncio.sleep(0.2)  # a renewal round notices the deleted job
+        return [i.n for i in batch.inputs]
+
+    async with Worker(client, processors, poll_interval=0.05):
+        kept = [await client.await_chain(ids[i], timeout=10, poll_interval=0.05) for i in (0, 2)]
+    assert [c.output for c in kept] == [0, 2]
+    assert await client.get_chain(ids[1]) is None
