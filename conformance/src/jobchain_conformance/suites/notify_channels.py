@@ -20,6 +20,7 @@ import pytest
 
 from jobchain.contracts import Listener, NotifyAdapter, Unsubscribe
 from jobchain.errors import AdapterClosedError
+from jobchain.transactions import TransactionHooks
 
 DELIVERY_TIMEOUT = 5.0
 """Seconds a published notification may take to reach a live listener."""
@@ -201,6 +202,23 @@ class ChainCompletedChannelTests:
         self, notify_adapter: NotifyAdapter
     ) -> None:
         await stops_after_unsubscribe(notify_adapter, CHAIN_COMPLETED)
+
+    async def test_a_commit_completing_many_chains_reaches_each_chains_listener(
+        self, notify_adapter: NotifyAdapter
+    ) -> None:
+        # What a worker's group commit flushes: in one call where the adapter publishes in bulk
+        # (PublishesChainsInBulk), else one publish per chain.
+        keys = [CHAIN_COMPLETED.key() for _ in range(5)]
+        inboxes = [Inbox() for _ in keys]
+        for key, inbox in zip(keys, inboxes, strict=True):
+            await CHAIN_COMPLETED.listen(notify_adapter, key, inbox)
+        hooks = TransactionHooks(record_events=False)
+        for key in keys:
+            hooks.chain_completed(key)
+        await hooks.flush(notify_adapter)
+        for key, inbox in zip(keys, inboxes, strict=True):
+            await inbox.wait_for(key)
+            assert inbox.received == [key]
 
 
 class OwnershipLostChannelTests:

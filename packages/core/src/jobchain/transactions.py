@@ -17,7 +17,7 @@ from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from typing import Any, Generic, TypeVar
 
-from jobchain.contracts.notify import NotifyAdapter
+from jobchain.contracts.notify import NotifyAdapter, PublishesChainsInBulk
 from jobchain.contracts.observe import Event, Observer
 from jobchain.contracts.state import StateTx
 from jobchain.errors import HookNotRegisteredError, TransactionRequiredError
@@ -212,7 +212,11 @@ class TransactionHooks:
         jobs: list[Awaitable[None]] = []
         if notify is not None:
             jobs += [_scheduled(notify, t, n) for t, n in self._scheduled.items()]
-            jobs += [notify.publish_chain_completed(c) for c in self._chains_completed]
+            chains = list(self._chains_completed)
+            if len(chains) > 1 and isinstance(notify, PublishesChainsInBulk):
+                jobs.append(notify.publish_chains_completed(chains))  # a group: one call for all
+            else:
+                jobs += [notify.publish_chain_completed(c) for c in chains]
             jobs += [notify.publish_job_ownership_lost(j) for j in self._ownership_lost]
         notify_count = len(jobs)
         jobs += [hook.flush(hook.state) for hook in self._hooks.values()]

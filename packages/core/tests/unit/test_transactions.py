@@ -57,6 +57,13 @@ class RecordingNotify:
         return None
 
 
+class BulkRecordingNotify(RecordingNotify):
+    """Also publishes many chain completions in one call (PublishesChainsInBulk)."""
+
+    async def publish_chains_completed(self, chain_ids: Sequence[str]) -> None:
+        await self._record("chains_completed", list(chain_ids))
+
+
 class RecordingObserver:
     def __init__(self) -> None:
         self.events: list[Event] = []
@@ -99,6 +106,20 @@ class TestFlush:
         await hooks.flush(notify, [observer])
         assert len(notify.calls) == 4  # wake hint, scheduled, chain completed, ownership lost
         assert observer.events == []
+
+    async def test_many_completed_chains_go_out_in_one_bulk_call_where_offered(self) -> None:
+        hooks, notify = TransactionHooks(), BulkRecordingNotify()
+        for n in range(3):
+            hooks.chain_completed(f"chain{n}")
+        await hooks.flush(notify)
+        assert notify.calls == [("chains_completed", ["chain0", "chain1", "chain2"])]
+
+    async def test_without_bulk_publishing_each_chain_is_published_alone(self) -> None:
+        hooks, notify = TransactionHooks(), RecordingNotify()
+        for n in range(3):
+            hooks.chain_completed(f"chain{n}")
+        await hooks.flush(notify)
+        assert sorted(notify.calls) == [("chain_completed", f"chain{n}") for n in range(3)]
 
     async def test_events_reach_observers_in_order(self) -> None:
         hooks, observer = TransactionHooks(), RecordingObserver()

@@ -141,6 +141,11 @@ class NatsNotifyAdapter:
     async def publish_chain_completed(self, chain_id: str) -> None:
         await self._publish(self.options.subject_chain_completed, check_payload("chain id", chain_id))
 
+    async def publish_chains_completed(self, chain_ids: Sequence[str]) -> None:
+        """Publish many chain completions: nats-py's flusher writes them out together."""
+        for chain_id in chain_ids:
+            await self._publish(self.options.subject_chain_completed, check_payload("chain id", chain_id))
+
     async def publish_job_ownership_lost(self, job_id: str) -> None:
         await self._publish(self.options.subject_ownership_lost, check_payload("job id", job_id))
 

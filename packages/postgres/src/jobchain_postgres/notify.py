@@ -47,6 +47,29 @@ _MAX_NOTIFICATIONS_PER_SEND: Final = 500
 """Most notifications one coalesced pg_notify statement carries."""
 
 
+class _AllSent:
+    """A bulk publish's outcome: done once its last notification was sent, or failed with the
+    first send that failed (its notifications may span several coalesced sends)."""
+
+    __slots__ = ("future", "left")
+
+    def __init__(self, future: asyncio.Future[None], count: int) -> None:
+        self.future = future
+        self.left = count
+
+    def done(self) -> bool:
+        return self.future.done()
+
+    def set_result(self, _: None) -> None:
+        self.left -= 1
+        if self.left == 0 and not self.future.done():
+            self.future.set_result(None)
+
+    def set_exception(self, error: BaseException) -> None:
+        if not self.future.done():
+            self.future.set_exception(error)
+
+
 @dataclass(eq=False)
 class _Subscription:
     """One listen_* call: its listener under one or more keys of one channel."""
@@ -101,7 +124,7 @@ class PostgresNotifyAdapter:
         )
         self._publisher: psycopg.AsyncConnection[object] | None = None
         self._publish_lock = asyncio.Lock()
-        self._outbox: list[tuple[str, str, asyncio.Future[None]]] = []
+        self._outbox: list[tuple[str, str, asyncio.Future[None] | _AllSent]] = []
         self._sender: asyncio.Task[None] | None = None
         self._probe_token: str | None = None
         self._probe_arrived = asyncio.Event()
@@ -164,6 +187,18 @@ class PostgresNotifyAdapter:
     async def publish_chain_completed(self, chain_id: str) -> None:
         await self._publish(self._channels[CHAIN_COMPLETED], chain_id)
 
+    async def publish_chains_completed(self, chain_ids: Sequence[str]) -> None:
+        """Publish many chain completions at once (a group commit's): they join the coalesced
+        sends with one future for all of them instead of one each."""
+        self._check_open()
+        if not chain_ids:
+            return
+        channel = self._channels[CHAIN_COMPLETED]
+        sent = _AllSent(asyncio.get_running_loop().create_future(), len(chain_ids))
+        self._outbox.extend((channel, chain_id, sent) for chain_id in chain_ids)
+        self._ensure_sender()
+        await asyncio.shield(sent.future)
+
     async def publish_job_ownership_lost(self, job_id: str) -> None:
         await self._publish(self._channels[OWNERSHIP_LOST], job_id)
 
@@ -173,9 +208,12 @@ class PostgresNotifyAdapter:
         # as one statement, so many completions committing together cost one round trip.
         sent: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         self._outbox.append((channel, payload, sent))
+        self._ensure_sender()
+        await asyncio.shield(sent)
+
+    def _ensure_sender(self) -> None:
         if self._sender is None or self._sender.done():
             self._sender = asyncio.get_running_loop().create_task(self._send_outbox())
-        await asyncio.shield(sent)
 
     async def _send_outbox(self) -> None:
         while self._outbox:

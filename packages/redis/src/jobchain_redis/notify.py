@@ -194,6 +194,23 @@ class RedisNotifyAdapter:
     async def publish_chain_completed(self, chain_id: str) -> None:
         await self._publish(self.options.channel_chain_completed, check_payload("chain id", chain_id))
 
+    async def publish_chains_completed(self, chain_ids: Sequence[str]) -> None:
+        """Publish many chain completions in one pipeline (one round trip)."""
+        self._check_open()
+        channel = self.options.channel_chain_completed
+        payloads = [check_payload("chain id", chain_id) for chain_id in chain_ids]
+        if not payloads or self._commands_outage.should_skip():
+            return
+        try:
+            async with self._commands.pipeline(transaction=False) as pipe:
+                for payload in payloads:
+                    pipe.publish(channel, payload)
+                await pipe.execute()
+        except BROKER_ERRORS as exc:
+            self._commands_outage.failed(exc)
+        else:
+            self._commands_outage.recovered()
+
     async def publish_job_ownership_lost(self, job_id: str) -> None:
         await self._publish(self.options.channel_ownership_lost, check_payload("job id", job_id))
 

@@ -1,7 +1,7 @@
 """The contracts every backend implements: state, notify and observability."""
 
 from jobchain.contracts.capabilities import Capability
-from jobchain.contracts.notify import Listener, NotifyAdapter, Unsubscribe
+from jobchain.contracts.notify import Listener, NotifyAdapter, PublishesChainsInBulk, Unsubscribe
 from jobchain.contracts.observe import Event, NoopObserver, Observer
 from jobchain.contracts.providers import StateProvider
 from jobchain.contracts.state import (
@@ -70,6 +70,7 @@ __all__ = [
     "NotifyAdapter",
     "CompletesJobsInBatches",
     "ObservesCallerCommits",
+    "PublishesChainsInBulk",
     "RunsOperationsAlone",
     "Observer",
     "StateAdapter",

@@ -42,3 +42,15 @@ class NotifyAdapter(Protocol):
         ...
 
     async def close(self) -> None: ...
+
+
+@runtime_checkable
+class PublishesChainsInBulk(Protocol):
+    """Optional: a notify adapter that publishes many chain completions in one call.
+
+    A worker's group commit completes many chains at once; one call (one statement or one
+    pipeline) for all of them costs far less than one publish each. Each chain id must reach
+    its listeners exactly as ``publish_chain_completed`` would deliver it.
+    """
+
+    async def publish_chains_completed(self, chain_ids: Sequence[str]) -> None: ...

@@ -23,7 +23,7 @@ from jobchain.entities import Job
 from jobchain.errors import JobchainError
 from jobchain.worker.abort import AbortReason, AbortSignal
 from jobchain.worker.runner import (
-    _LOST,
+    OWNERSHIP_LOSSES,
     AttemptSettings,
     reason_for_error,
     reschedule_attempt,
@@ -146,8 +146,8 @@ class BatchRunner:
         failures: list[tuple[Job, BaseException]] = []
         for job, output in zip(jobs, outputs, strict=True):
             if job.id in self._lost:
-                self.on_event("job_attempt_taken_by_another_worker", job, {})
-            elif isinstance(output, BaseException):
+                continue  # its renewal was refused, and said why then
+            if isinstance(output, BaseException):
                 failures.append((job, output))
             else:
                 try:
@@ -157,7 +157,7 @@ class BatchRunner:
         now = datetime.now(UTC)
         results = await self.groups.complete_many(completions, worker_id=self.worker_id, now=now)
         for (job, _output), result in zip(completions, results, strict=True):
-            if isinstance(result, _LOST):
+            if isinstance(result, OWNERSHIP_LOSSES):
                 self.on_event("job_attempt_" + reason_for_error(result).value, job, {})
             elif isinstance(result, BaseException):
                 failures.append((job, result))
@@ -189,7 +189,7 @@ class BatchRunner:
                             lease_generation=job.lease_generation,
                         )
                     )
-                except _LOST as lost:
+                except OWNERSHIP_LOSSES as lost:
                     # A refused renewal changes nothing, so the transaction carries on.
                     self._lost.add(job.id)
                     self.on_event("job_attempt_" + reason_for_error(lost).value, job, {})

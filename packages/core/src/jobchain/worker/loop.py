@@ -154,7 +154,10 @@ class Worker:
         self._pending_hint_checks: set[asyncio.Task[None]] = set()
         # Claims and look-ups are one operation each: run them without BEGIN/COMMIT round trips
         # where the adapter can.
-        self._runs_alone = isinstance(client.state, RunsOperationsAlone)
+        state = client.state
+        self._open_operation = (
+            state.autocommit if isinstance(state, RunsOperationsAlone) else state.transaction
+        )
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -297,11 +300,7 @@ class Worker:
 
     def _operation(self, *, read_only: bool = False) -> AbstractAsyncContextManager[StateTx]:
         """A scope for one state operation: its own transaction, in autocommit where possible."""
-        state = self.client.state
-        if self._runs_alone:
-            assert isinstance(state, RunsOperationsAlone)
-            return state.autocommit(read_only=read_only)
-        return state.transaction(read_only=read_only)
+        return self._open_operation(read_only=read_only)
 
     def _longest_lease(self, fallback: LeaseConfig) -> timedelta:
         # One claim covers several types; each attempt renews with its own lease later.

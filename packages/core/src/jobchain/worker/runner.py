@@ -33,7 +33,13 @@ log = logging.getLogger("jobchain.worker")
 
 MAX_ERROR_LENGTH = 10_000
 
-_LOST = (JobNotFoundError, JobAlreadyCompletedError, JobTakenByAnotherWorkerError, AttemptAbortedError)
+OWNERSHIP_LOSSES = (
+    JobNotFoundError,
+    JobAlreadyCompletedError,
+    JobTakenByAnotherWorkerError,
+    AttemptAbortedError,
+)
+"""The errors that mean the attempt no longer owns its job (or must stop): nothing to retry."""
 
 
 def describe_error(error: BaseException) -> str:
@@ -130,7 +136,7 @@ class AttemptRunner:
         except asyncio.CancelledError:
             await attempt.close_failure(asyncio.CancelledError())
             raise
-        except _LOST as error:
+        except OWNERSHIP_LOSSES as error:
             await attempt.close_failure(error)
             reason = reason_for_error(error)
             attempt.signal.abort(reason)
@@ -166,7 +172,7 @@ class AttemptRunner:
                         lease_generation=self.job.lease_generation,
                     )
                 )
-        except _LOST as lost:
+        except OWNERSHIP_LOSSES as lost:
             self.on_event("job_attempt_" + reason_for_error(lost).value, self.job, {})
             return
         except Exception:  # transient: the lease may still hold, and the attempt's writes are fenced
@@ -262,7 +268,7 @@ class AttemptRunner:
                     )
                 expires = loop.time() + lease.duration.total_seconds()
                 self.on_event("job_attempt_lease_renewed", self.job, {})
-            except _LOST as error:
+            except OWNERSHIP_LOSSES as error:
                 attempt.signal.abort(reason_for_error(error))
                 return
             except Exception:
@@ -309,7 +315,7 @@ async def reschedule_attempt(
                 rescheduled = await tx.state.job_reschedule(request)
                 tx.hooks.job_scheduled(rescheduled.type_name)
             break
-        except _LOST as lost:
+        except OWNERSHIP_LOSSES as lost:
             on_event("job_attempt_" + reason_for_error(lost).value, job, {})
             return
         except Exception:
