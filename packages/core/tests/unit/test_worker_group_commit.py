@@ -355,3 +355,33 @@ async def test_an_idle_worker_makes_one_wake_claim_and_one_recheck_per_job() -> 
             await asyncio.sleep(0.05)
     # Per job: the claim of the woken worker, and one re-check once its slot freed.
     assert state.claims - before == 2 * 5
+
+
+async def test_a_completion_queued_as_the_last_writer_finishes_is_still_written(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # Regression: a writer left the writer set only in a done-callback, an iteration after it
+    # returned; a completion queued in between found no free writer and waited forever.
+    state = MemoryStateAdapter()
+    client = Client(state, MemoryNotifyAdapter(), types)
+    first, second = await _claimed(state, client, 2)
+    wrote = asyncio.Event()
+    write_together = CompletionGroups._write_together
+
+    async def signal_after(self: CompletionGroups, group: list[Any]) -> list[Any]:
+        results = await write_together(self, group)
+        wrote.set()  # wakes the task below before the writer's own done-callbacks run
+        return results
+
+    monkeypatch.setattr(CompletionGroups, "_write_together", signal_after)
+    groups = CompletionGroups(client, writers=1)
+    now = datetime.now(UTC)
+
+    async def queue_second_as_the_writer_finishes() -> Any:
+        await wrote.wait()
+        return await groups.complete(second, {"n": 2}, worker_id="w", now=now)
+
+    late = asyncio.ensure_future(queue_second_as_the_writer_finishes())
+    await groups.complete(first, {"n": 1}, worker_id="w", now=now)
+    finished = await asyncio.wait_for(late, 5)
+    assert finished.job.status is JobStatus.COMPLETED

@@ -98,9 +98,19 @@ class CompletionGroups:
         if self._gathering == 0 and len(self._writers) < self._max_writers:
             writer = asyncio.get_running_loop().create_task(self._write_all())
             self._writers.add(writer)
-            writer.add_done_callback(self._writers.discard)
 
     async def _write_all(self) -> None:
+        try:
+            await self._write_queued()
+        finally:
+            # Leave the set as the last step, not in a done-callback: that runs an iteration
+            # later, and a completion queued in between would find every writer "busy" with
+            # none left to write it (stranded until its lease ran out).
+            task = asyncio.current_task()
+            if task is not None:
+                self._writers.discard(task)
+
+    async def _write_queued(self) -> None:
         while self._queue:
             self._gathering += 1
             try:
