@@ -216,6 +216,13 @@ class PostgresStateTx(ListingsMixin):
             return []
         if all(_plain_root(job) for job in params.jobs):
             return await self._roots_create(params)
+        if self._autocommit:
+            # Deduplication and blockers may take several runs that must keep their locks.
+            async with self._conn.transaction():
+                return await self._jobs_create(params)
+        return await self._jobs_create(params)
+
+    async def _jobs_create(self, params: JobsCreate) -> list[JobCreated]:
         document = new_jobs_document(params.jobs)
         query_params = {"now": _check_now(params.now), "jobs": document}
         ids = [job.id for job in params.jobs]
@@ -376,6 +383,13 @@ class PostgresStateTx(ListingsMixin):
         return _owned_result(shape, rows, params.job_id, params.worker_id)
 
     async def job_complete(self, params: JobComplete) -> JobCompleted:
+        if self._autocommit:
+            # Its busy path waits for the row's lock and decides again: both in one transaction.
+            async with self._conn.transaction():
+                return await self._job_complete(params)
+        return await self._job_complete(params)
+
+    async def _job_complete(self, params: JobComplete) -> JobCompleted:
         job_id = self._existing_id(params.job_id)
         query_params = _complete_params(job_id, params)
         shape, rows = await self._rows(self._q.job_complete, query_params, write=True)
@@ -388,10 +402,16 @@ class PostgresStateTx(ListingsMixin):
     async def jobs_complete(self, params: Sequence[JobComplete]) -> list[JobCompleted | JobchainError]:
         """Complete many jobs in one statement, each decided as job_complete decides it. A job
         another transaction holds then takes job_complete's waiting path on its own."""
+        if self._autocommit:
+            async with self._conn.transaction():
+                return await self._jobs_complete(params)
+        return await self._jobs_complete(params)
+
+    async def _jobs_complete(self, params: Sequence[JobComplete]) -> list[JobCompleted | JobchainError]:
         self._check(write=True)
         ids = [uuid_or_none(item.job_id) for item in params]
         if not params or None in ids or len(set(ids)) != len(ids):
-            return [await _refused_or(self.job_complete(item)) for item in params]
+            return [await _refused_or(self._job_complete(item)) for item in params]
         items = [
             {
                 "position": position,
@@ -408,13 +428,10 @@ class PostgresStateTx(ListingsMixin):
         for row in rows:
             by_position.setdefault(shape.scalar(row, "_position"), []).append(row)
         results: list[JobCompleted | JobchainError] = []
-        # In autocommit the statement above has committed: a busy job's own failure must not
-        # fail the call, or its caller would write the committed ones again.
-        refusals = (JobchainError,) if self._autocommit else COMPLETION_REFUSALS
         for position, item in enumerate(params, start=1):
             rows_of = by_position[position]
             if shape.scalar(_target(shape, rows_of), "_busy"):
-                results.append(await _refused_or(self.job_complete(item), refusals))
+                results.append(await _refused_or(self._job_complete(item)))
             else:
                 results.append(_completed_or_refusal(shape, rows_of, item))
         return results
