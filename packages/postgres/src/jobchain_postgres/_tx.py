@@ -9,7 +9,7 @@ The one exception is :meth:`job_complete` when its row is locked by another tran
 from __future__ import annotations
 
 from collections.abc import AsyncIterator, Awaitable, Mapping, Sequence
-from contextlib import AbstractAsyncContextManager, asynccontextmanager, suppress
+from contextlib import AbstractAsyncContextManager, asynccontextmanager, nullcontext, suppress
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -168,6 +168,11 @@ class PostgresStateTx(ListingsMixin):
             rows = await cursor.fetchall()
             return _shape_of(query, cursor), rows
 
+    def _steps_together(self) -> AbstractAsyncContextManager[object]:
+        """Where an operation's statements must share one transaction: in autocommit, a
+        transaction block of its own; inside a transaction, nothing more."""
+        return self._conn.transaction() if self._autocommit else nullcontext()
+
     def savepoint(self) -> AbstractAsyncContextManager[PostgresStateTx]:
         """Nested unit of work: released on success, rolled back (and re-raised) on error.
 
@@ -216,11 +221,9 @@ class PostgresStateTx(ListingsMixin):
             return []
         if all(_plain_root(job) for job in params.jobs):
             return await self._roots_create(params)
-        if self._autocommit:
-            # Deduplication and blockers may take several runs that must keep their locks.
-            async with self._conn.transaction():
-                return await self._jobs_create(params)
-        return await self._jobs_create(params)
+        # Deduplication and blockers may take several runs that must keep their locks.
+        async with self._steps_together():
+            return await self._jobs_create(params)
 
     async def _jobs_create(self, params: JobsCreate) -> list[JobCreated]:
         document = new_jobs_document(params.jobs)
@@ -383,11 +386,9 @@ class PostgresStateTx(ListingsMixin):
         return _owned_result(shape, rows, params.job_id, params.worker_id)
 
     async def job_complete(self, params: JobComplete) -> JobCompleted:
-        if self._autocommit:
-            # Its busy path waits for the row's lock and decides again: both in one transaction.
-            async with self._conn.transaction():
-                return await self._job_complete(params)
-        return await self._job_complete(params)
+        # Its busy path waits for the row's lock and decides again: both in one transaction.
+        async with self._steps_together():
+            return await self._job_complete(params)
 
     async def _job_complete(self, params: JobComplete) -> JobCompleted:
         job_id = self._existing_id(params.job_id)
@@ -402,10 +403,8 @@ class PostgresStateTx(ListingsMixin):
     async def jobs_complete(self, params: Sequence[JobComplete]) -> list[JobCompleted | JobchainError]:
         """Complete many jobs in one statement, each decided as job_complete decides it. A job
         another transaction holds then takes job_complete's waiting path on its own."""
-        if self._autocommit:
-            async with self._conn.transaction():
-                return await self._jobs_complete(params)
-        return await self._jobs_complete(params)
+        async with self._steps_together():
+            return await self._jobs_complete(params)
 
     async def _jobs_complete(self, params: Sequence[JobComplete]) -> list[JobCompleted | JobchainError]:
         self._check(write=True)
@@ -563,12 +562,10 @@ def _completed_or_refusal(shape: Shape, rows: list[Row], params: JobComplete) ->
         return refused
 
 
-async def _refused_or(
-    pending: Awaitable[JobCompleted], refusals: tuple[type[JobchainError], ...] = COMPLETION_REFUSALS
-) -> JobCompleted | JobchainError:
+async def _refused_or(pending: Awaitable[JobCompleted]) -> JobCompleted | JobchainError:
     try:
         return await pending
-    except refusals as refused:
+    except COMPLETION_REFUSALS as refused:
         return refused
 
 

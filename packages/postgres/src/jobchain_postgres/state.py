@@ -154,7 +154,7 @@ class PostgresStateAdapter:
     def autocommit(self, *, read_only: bool = False) -> AbstractAsyncContextManager[PostgresStateTx]:
         """Run each operation as its own transaction: no BEGIN and no COMMIT round trip.
 
-        For a unit of work that is one operation (the worker's claims and group completions).
+        For a unit of work that is one operation (the worker's claims and look-ups).
         Savepoints raise InvalidArgumentError. On a pooled connection that is not in
         autocommit mode (a pool or connection of yours) this is an ordinary transaction.
         """
