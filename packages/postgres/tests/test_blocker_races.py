@@ -10,7 +10,9 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import suppress
 from datetime import timedelta
+from typing import Any
 
 import psycopg
 import pytest
@@ -205,3 +207,69 @@ async def test_dependents_of_a_constantly_updated_blocker_are_all_created_and_re
             JobsAcquire(type_names=["tail"], worker_id="w", lease_for=LEASE, limit=len(created))
         )
     assert sorted(job.id for job in acquired.jobs) == sorted(created)
+
+
+async def wait_for_xmin(probe: psycopg.AsyncConnection[Any], pid: int, reached: Callable[..., bool]) -> bool:
+    """Until the snapshot xmin of backend ``pid`` satisfies ``reached`` (False after 3 s)."""
+    query = "SELECT backend_xmin::text::bigint FROM pg_stat_activity WHERE pid = %s"
+    with suppress(TimeoutError):
+        async with asyncio.timeout(3):
+            while True:
+                row = await (await probe.execute(query, (pid,))).fetchone()
+                if row is not None and row[0] is not None and reached(row[0]):
+                    return True
+                await asyncio.sleep(0.001)
+    return False
+
+
+async def test_a_dependent_committed_while_a_completion_statement_runs_is_released_by_it(
+    creator: Creator, other: PostgresStateAdapter, postgres_url: str
+) -> None:
+    """The completing statement takes its snapshot, then a job blocked by the completing chain is
+    created and committed, and only then does the statement lock the blocker's row. Deciding
+    from that snapshot alone would leave the dependent blocked by a completed chain forever.
+
+    The window is made wide and found on purpose: many unknown ids in the group keep the
+    statement busy before its lock, and its snapshot is recognised by its xmin, which a
+    transaction held open while the parameters are read pins below the one taken afterwards.
+    Another test's long transaction can hide that change: the scenario is then run again."""
+    for _ in range(5):
+        blocker = await start_running(creator.adapter)
+        decoys = [JobComplete(job_id=new_id(), worker_id="w") for _ in range(300_000)]
+        group = [*decoys, JobComplete(job_id=blocker, worker_id="w")]
+        async with (
+            await psycopg.AsyncConnection.connect(conninfo(postgres_url), autocommit=True) as probe,
+            await psycopg.AsyncConnection.connect(conninfo(postgres_url)) as pin,
+        ):
+            row = await (await pin.execute("SELECT txid_current() % 4294967296")).fetchone()
+            assert row is not None
+            pinned = int(row[0])
+
+            async def complete(group: list[JobComplete] = group) -> list[object]:
+                async with creator.adapter.transaction() as tx:
+                    assert isinstance(tx, PostgresStateTx)
+                    return list(await tx.jobs_complete(group))
+
+            completing = asyncio.create_task(complete())
+            # Binding: the parameters are read under a snapshot the pin holds back.
+            binding = await wait_for_xmin(probe, creator.pid, lambda xmin, pinned=pinned: xmin <= pinned)
+            await pin.commit()
+            # Executing: the statement's own snapshot, taken after the pin was released.
+            executing = binding and await wait_for_xmin(
+                probe, creator.pid, lambda xmin, pinned=pinned: xmin > pinned
+            )
+            dependent = dependent_of(blocker)
+            if executing:
+                async with other.transaction() as tx:
+                    [created] = await tx.jobs_create(JobsCreate(jobs=[dependent]))
+            results = await completing
+        if executing:
+            break
+    else:
+        pytest.fail("never saw the completing statement's snapshot taken; the window was not hit")
+    assert created.job.status == "blocked", "the creation must commit before the completion does"
+    assert type(results[-1]).__name__ == "JobCompleted"
+    async with other.transaction(read_only=True) as tx:
+        stored = await tx.job_get(JobGet(job_id=dependent.id))
+    assert stored is not None
+    assert stored.status == "pending", "the dependent stayed blocked by a completed chain"

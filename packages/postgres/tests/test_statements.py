@@ -2,7 +2,8 @@
 
 The adapter runs on one psycopg connection whose cursor factory counts every statement sent
 through it. BEGIN/COMMIT are the transaction's own and not counted; every operation must send
-exactly one statement, including its refusals (a non-owner's renewal is one statement too).
+exactly one statement, including its refusals (a non-owner's renewal is one statement too),
+except completions, which send a lock and the completing statement together in one pipeline.
 """
 
 from __future__ import annotations
@@ -49,14 +50,18 @@ class CountingCursor(psycopg.AsyncCursor[Any]):
     """Counts every statement executed through it, on a list shared by the connection."""
 
     sent: list[bytes]
+    pipelined: list[bool]
+    """Per statement sent: whether it went out in pipeline mode (no wait for its result)."""
 
     async def execute(self, query: Any, params: Any = None, **kwargs: Any) -> Any:
         text = query if isinstance(query, bytes) else str(query).encode()
         CountingCursor.sent.append(text)
+        CountingCursor.pipelined.append(self.connection.info.pipeline_status != psycopg.pq.PipelineStatus.OFF)
         return await super().execute(query, params, **kwargs)
 
 
 CountingCursor.sent = []
+CountingCursor.pipelined = []
 
 
 @pytest.fixture
@@ -81,9 +86,22 @@ async def statements(
     """Run ``op`` in its own transaction; return the first line of every statement it sent."""
     async with adapter.transaction() as tx:
         CountingCursor.sent.clear()
+        CountingCursor.pipelined.clear()
         await op(tx)
         sent = list(CountingCursor.sent)
     return [s.decode().splitlines()[0] for s in sent]
+
+
+def round_trips(sent: list[str]) -> list[list[str]]:
+    """The statements of the last ``statements`` call grouped by round trip: a pipeline is one."""
+    trips: list[list[str]] = []
+    for line, pipelined in zip(sent, CountingCursor.pipelined, strict=True):
+        name = line.split(":")[0].removeprefix("-- ")
+        if pipelined and name != "jobs_lock" and name != "job_lock" and trips:
+            trips[-1].append(name)
+        else:
+            trips.append([name])
+    return trips
 
 
 async def test_every_operation_sends_exactly_one_statement(counted: PostgresStateAdapter) -> None:
@@ -157,6 +175,9 @@ async def test_every_operation_sends_exactly_one_statement(counted: PostgresStat
     ]
     for name, op in operations:
         sent = await statements(adapter, op)
+        if name == "job_complete":
+            assert round_trips(sent) == [["jobs_lock", "job_complete"]], sent
+            continue
         assert len(sent) == 1, f"{name} sent {len(sent)} statements: {sent}"
         listing = name.endswith("_list")
         assert sent[0].startswith(f"-- {name}:") or (listing and name in sent[0]), (name, sent[0])
@@ -183,7 +204,7 @@ async def test_completion_waits_and_retries_only_when_another_transaction_holds_
         sent = await asyncio.wait_for(waiting, 10)
     finally:
         await other.close()
-    assert [line.split(":")[0] for line in sent] == ["-- job_complete", "-- job_lock", "-- job_complete"]
+    assert round_trips(sent) == [["jobs_lock", "job_complete"], ["job_lock", "job_complete"]]
 
 
 async def test_statements_are_prepared_on_the_server(counted: PostgresStateAdapter) -> None:

@@ -88,7 +88,7 @@ def test_the_recording_adapter_offers_autocommit_and_the_plain_one_does_not() ->
     assert not isinstance(MemoryStateAdapter(), RunsOperationsAlone)
 
 
-async def test_the_worker_claims_and_looks_ahead_in_autocommit_and_completes_in_transactions() -> None:
+async def test_the_worker_claims_looks_ahead_and_group_completes_in_autocommit() -> None:
     state = RecordingState()
     client = Client(state, MemoryNotifyAdapter(), types)
     ids = await _start(client, 20)
@@ -102,10 +102,9 @@ async def test_the_worker_claims_and_looks_ahead_in_autocommit_and_completes_in_
         for call in calls:
             by_operation.setdefault(call, set()).add(scope)
     assert by_operation["jobs_acquire"] == {"autocommit"}
-    # A group completion may unblock jobs: its steps keep their locks in one transaction.
-    assert by_operation["job_complete"] == {"transaction"}
+    assert by_operation["job_complete"] == {"autocommit"}  # the group's completions
     assert by_operation["job_next_available"] == {"autocommit"}
-    # Every autocommit scope ran one kind of operation: a claim or a look-up.
+    # Every autocommit scope ran one kind of operation: a claim, a look-up or a group.
     for scope, calls in state.scopes:
         if scope == "autocommit":
             assert len(set(calls) - {"read_only"}) <= 1, calls

@@ -2,8 +2,9 @@
 
 Every operation validates its input in Python first (so bad input never reaches SQL and never
 poisons the transaction), sends exactly one named statement from ``sql/``, and maps the rows.
-The one exception is :meth:`job_complete` when its row is locked by another transaction (see
-``sql/job_complete.sql``): it then waits for the lock and runs again.
+Completions send two in one pipeline (one round trip): the row locks, then the statement that
+decides (see ``sql/jobs_lock.sql``); when another transaction holds a row, they wait for its
+lock and decide again (see ``sql/job_complete.sql``).
 """
 
 from __future__ import annotations
@@ -166,6 +167,22 @@ class PostgresStateTx(ListingsMixin):
             cursor.adapters.register_loader(UUID_OID, UuidAsText)
             await cursor.execute(query, params, prepare=self._prepare)
             rows = await cursor.fetchall()
+            return _shape_of(query, cursor), rows
+
+    async def _rows_after_lock(
+        self, lock: bytes, lock_params: Mapping[str, Any], query: bytes, params: Mapping[str, Any]
+    ) -> tuple[Shape, list[Row]]:
+        """``lock`` then ``query`` in one pipeline: one round trip and one transaction (in
+        autocommit too: one Sync ends both), with ``query``'s snapshot taken after ``lock``'s
+        row locks were granted."""
+        self._check(write=True)
+        with translated():
+            async with self._conn.pipeline():
+                await self._conn.cursor().execute(lock, lock_params, prepare=self._prepare)
+                cursor = self._conn.cursor()
+                cursor.adapters.register_loader(UUID_OID, UuidAsText)
+                await cursor.execute(query, params, prepare=self._prepare)
+                rows = await cursor.fetchall()
             return _shape_of(query, cursor), rows
 
     def _steps_together(self) -> AbstractAsyncContextManager[object]:
@@ -386,31 +403,25 @@ class PostgresStateTx(ListingsMixin):
         return _owned_result(shape, rows, params.job_id, params.worker_id)
 
     async def job_complete(self, params: JobComplete) -> JobCompleted:
-        # Its busy path waits for the row's lock and decides again: both in one transaction.
-        async with self._steps_together():
-            return await self._job_complete(params)
-
-    async def _job_complete(self, params: JobComplete) -> JobCompleted:
         job_id = self._existing_id(params.job_id)
         query_params = _complete_params(job_id, params)
-        shape, rows = await self._rows(self._q.job_complete, query_params, write=True)
+        shape, rows = await self._rows_after_lock(
+            self._q.jobs_lock, {"job_ids": [job_id]}, self._q.job_complete, query_params
+        )
         if rows and shape.scalar(rows[0], "_busy"):
-            # Another transaction holds the row: wait for it, then decide with a fresh snapshot.
-            await self._rows(self._q.job_lock, {"job_id": job_id}, write=True)
-            shape, rows = await self._rows(self._q.job_complete, query_params, write=True)
+            # Another transaction held the row: wait for it, then decide with a fresh snapshot.
+            shape, rows = await self._rows_after_lock(
+                self._q.job_lock, {"job_id": job_id}, self._q.job_complete, query_params
+            )
         return _completed(shape, rows, params)
 
     async def jobs_complete(self, params: Sequence[JobComplete]) -> list[JobCompleted | JobchainError]:
         """Complete many jobs in one statement, each decided as job_complete decides it. A job
         another transaction holds then takes job_complete's waiting path on its own."""
-        async with self._steps_together():
-            return await self._jobs_complete(params)
-
-    async def _jobs_complete(self, params: Sequence[JobComplete]) -> list[JobCompleted | JobchainError]:
         self._check(write=True)
         ids = [uuid_or_none(item.job_id) for item in params]
         if not params or None in ids or len(set(ids)) != len(ids):
-            return [await _refused_or(self._job_complete(item)) for item in params]
+            return [await _refused_or(self.job_complete(item)) for item in params]
         items = [
             {
                 "position": position,
@@ -422,7 +433,9 @@ class PostgresStateTx(ListingsMixin):
             }
             for position, (job_id, item) in enumerate(zip(ids, params, strict=True), start=1)
         ]
-        shape, rows = await self._rows(self._q.jobs_complete, {"items": json_text(items)}, write=True)
+        shape, rows = await self._rows_after_lock(
+            self._q.jobs_lock, {"job_ids": ids}, self._q.jobs_complete, {"items": json_text(items)}
+        )
         by_position: dict[int, list[Row]] = {}
         for row in rows:
             by_position.setdefault(shape.scalar(row, "_position"), []).append(row)
@@ -430,7 +443,7 @@ class PostgresStateTx(ListingsMixin):
         for position, item in enumerate(params, start=1):
             rows_of = by_position[position]
             if shape.scalar(_target(shape, rows_of), "_busy"):
-                results.append(await _refused_or(self._job_complete(item)))
+                results.append(await _refused_or(self.job_complete(item)))
             else:
                 results.append(_completed_or_refusal(shape, rows_of, item))
         return results

@@ -411,12 +411,13 @@ class RunsOperationsAlone(Protocol):
     def autocommit(self, *, read_only: bool = False) -> AbstractAsyncContextManager[StateTx]:
         """A StateTx whose every operation commits on its own as it returns.
 
-        For a unit of work that is a single operation (a claim, a look-up, a plain start):
-        no BEGIN and no COMMIT round trips. What an operation wrote is durable when it
-        returns. An operation the adapter runs as several statements may commit each one
-        only where each step stands alone (a claim retried after losing candidates keeps
-        what it claimed first); steps that must hold their locks together share a
-        transaction block. Savepoints raise InvalidArgumentError.
+        For a unit of work that is a single operation (a claim, a look-up, a group of
+        completions, a plain start): no BEGIN and no COMMIT round trips. What an operation
+        wrote is durable when it returns. An operation the adapter runs as several
+        statements may commit each one only where each step stands alone (a claim retried
+        after losing candidates keeps what it claimed first); steps that must hold their
+        locks together share one transaction (a pipeline or a transaction block).
+        Savepoints raise InvalidArgumentError.
         An adapter that cannot run a given connection that way opens an ordinary transaction.
         """
         ...

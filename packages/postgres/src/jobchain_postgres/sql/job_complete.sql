@@ -2,16 +2,19 @@
 -- chain_index + 1) and, if so, unblock the dependents whose last open blocker this was, in one
 -- statement. Refusals change nothing and report status and owner.
 -- Plan: primary key; job_chain_index_idx for the continuation check; job_blocker_chain_idx for
--- the dependents. The target row is taken FOR UPDATE SKIP LOCKED: when another transaction holds
--- it (for instance one inserting a job blocked by this chain, which holds it FOR KEY SHARE), the
--- statement reports _busy and the adapter waits for the lock (job_lock) and runs this again
--- with a fresh snapshot, so the dependent that transaction committed is seen and unblocked.
+-- the dependents. Sent after jobs_lock in one pipeline: the target is decided only when that
+-- statement locked it (jobchain.locked), before this statement's snapshot was taken. When
+-- another transaction held the row (for instance one inserting a job blocked by this chain,
+-- which holds it FOR KEY SHARE), the statement reports _busy and the adapter sends job_lock,
+-- which waits for the lock, and this statement again, so the dependent that transaction
+-- committed is seen and unblocked.
 -- Dependents are unblocked by decrementing open_blocker_count under their row lock, so several
 -- blocker chains completing concurrently always leave the count exact.
 WITH target AS (
     SELECT j.id, j.chain_id, j.chain_index, j.status, j.leased_by, j.lease_generation
     FROM {job} AS j
     WHERE j.id = %(job_id)s
+      AND j.id = ANY (string_to_array(current_setting('jobchain.locked', true), ',')::uuid[])
     FOR UPDATE SKIP LOCKED
 ),
 completed AS (

@@ -1,9 +1,10 @@
 -- jobs_complete: job_complete for many jobs in one statement (a worker's group commit); each item
 -- is decided on its own exactly as job_complete decides it. The ids must be distinct.
 -- Plan: primary key per item; job_chain_index_idx for the continuation checks;
--- job_blocker_chain_idx for the dependents. Targets are taken FOR UPDATE SKIP LOCKED: an item
--- whose row another transaction holds reports _busy and the adapter completes it alone, on
--- job_complete's waiting path. A dependent several of whose blocker chains complete here is
+-- job_blocker_chain_idx for the dependents. Sent after jobs_lock in one pipeline, and decides only
+-- the rows that statement locked (jobchain.locked; see jobs_lock.sql for why): an item whose row
+-- another transaction held reports _busy and the adapter completes it alone, on job_complete's
+-- waiting path. A dependent several of whose blocker chains complete here is
 -- decremented once by their number (an UPDATE changes a row at most once per statement), and
 -- is reported under the last of those items.
 WITH items AS (
@@ -19,6 +20,7 @@ target AS (
     SELECT j.id, j.chain_id, j.chain_index, j.status, j.leased_by, j.lease_generation
     FROM {job} AS j
     WHERE j.id IN (SELECT items.job_id FROM items)
+      AND j.id = ANY (string_to_array(current_setting('jobchain.locked', true), ',')::uuid[])
     FOR UPDATE SKIP LOCKED
 ),
 completed AS (
