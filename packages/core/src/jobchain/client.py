@@ -34,7 +34,7 @@ from jobchain.contracts.state import (
     RunsOperationsAlone,
     StateAdapter,
 )
-from jobchain.entities import Chain, Deduplication, Job, Schedule, new_id, validate_id
+from jobchain.entities import Chain, Deduplication, Job, JobStatus, Schedule, new_ids, validate_id
 from jobchain.errors import (
     BlockerReferenceError,
     ChainNotFoundError,
@@ -71,6 +71,9 @@ class ChainStarted:
     @property
     def id(self) -> str:
         return self.chain.id
+
+
+_PLAIN_LISTS = (tuple, list)
 
 
 class Client(ClientQueries):
@@ -201,7 +204,7 @@ class Client(ClientQueries):
             raise InvalidArgumentError("start_chains takes a list of ChainStart(...) items")
         if not starts:
             return []
-        jobs = [self._new_root(item) for item in starts]
+        jobs = self._new_roots(starts)
         explicit = [s.id for s in starts if s.id is not None]
         if len(set(explicit)) != len(explicit):
             dup = next(i for i in explicit if explicit.count(i) > 1)
@@ -214,37 +217,84 @@ class Client(ClientQueries):
                 self.job_types.check_blockers(job_type, [chains[b].type_name for b in job.blocker_chain_ids])
         created = await tx.state.jobs_create(JobsCreate(jobs=jobs, now=self._now()))
         existing = await self._existing_chains(tx, [c.job.chain_id for c in created if c.deduplicated])
-        results: list[ChainStarted] = []
+        hooks = tx.hooks
+        if not hooks.records_events:
+            # Nobody observes: the only side effect is a wake-up per type, buffered once per
+            # type with the batch's count (what one call per job adds up to).
+            scheduled: dict[str, int] = {}
+            results: list[ChainStarted] = []
+            for item in created:
+                root = item.job
+                if item.deduplicated:
+                    results.append(ChainStarted(existing[root.chain_id], deduplicated=True))
+                    continue
+                if root.status is JobStatus.PENDING:
+                    scheduled[root.type_name] = scheduled.get(root.type_name, 0) + 1
+                results.append(ChainStarted(Chain(root, root)))
+            for type_name, count in scheduled.items():
+                hooks.job_scheduled(type_name, count)
+            return results
+        results = []
         for item in created:
             if item.deduplicated:
                 results.append(ChainStarted(existing[item.job.chain_id], deduplicated=True))
             else:
-                buffer_created(tx.hooks, item, new_chain=True)
+                buffer_created(hooks, item, new_chain=True)
                 results.append(ChainStarted(Chain(root=item.job, last=item.job)))
         return results
 
-    def _new_root(self, start: ChainStart[Any]) -> NewJob:
-        if not isinstance(start, ChainStart):
-            raise InvalidArgumentError(f"start_chains takes ChainStart(...) items, got {start!r}")
-        job_type = self.job_types.resolve(start.job_type)
-        self.job_types.check_entry(job_type)
-        encoded = job_type.encode_input(start.input)
-        if start.deduplication is not None and not isinstance(start.deduplication, Deduplication):
-            raise InvalidArgumentError(
-                f"deduplication must be Deduplication(key=..., scope=...), got {start.deduplication!r}"
+    def _new_roots(self, starts: Sequence[ChainStart[Any]]) -> list[NewJob]:
+        """The first jobs of ``starts``, validated item by item in order (the first error wins).
+
+        What depends only on the job type (registered, an entry type, accepts a None input)
+        is checked once per type of the batch: a batch usually repeats one or a few types.
+        """
+        registry = self.job_types
+        types: dict[object, JobType[Any, Any]] = {}  # the caller's type reference -> checked type
+        takes_none: set[JobType[Any, Any]] = set()  # types whose input None encoded to None
+        fresh = iter(new_ids(sum(1 for s in starts if isinstance(s, ChainStart) and s.id is None)))
+        jobs: list[NewJob] = []
+        for start in starts:
+            if not isinstance(start, ChainStart):
+                raise InvalidArgumentError(f"start_chains takes ChainStart(...) items, got {start!r}")
+            ref = start.job_type
+            cacheable = isinstance(ref, (JobType, str))  # hashable; resolving it is deterministic
+            job_type = types.get(ref) if cacheable else None
+            if job_type is None:
+                job_type = registry.resolve(ref)
+                registry.check_entry(job_type)
+                if cacheable:
+                    types[ref] = job_type
+            value = start.input
+            if value is None and job_type in takes_none:
+                encoded = None
+            else:
+                encoded = job_type.encode_input(value)
+                if value is None:
+                    takes_none.add(job_type)
+            deduplication = start.deduplication
+            if deduplication is not None and not isinstance(deduplication, Deduplication):
+                raise InvalidArgumentError(
+                    f"deduplication must be Deduplication(key=..., scope=...), got {deduplication!r}"
+                )
+            blockers = start.blockers
+            # No blockers, nothing to check: check_blockers passes an empty list for any type.
+            blocker_chain_ids = (
+                [] if not blockers and type(blockers) in _PLAIN_LISTS else blocker_ids(blockers)
             )
-        ids = blocker_ids(start.blockers)
-        if not ids:
-            self.job_types.check_blockers(job_type, [])
-        return NewJob(
-            id=validate_id(start.id) if start.id is not None else new_id(),
-            type_name=job_type.name,
-            chain_type_name=job_type.name,
-            input=encoded,
-            deduplication=start.deduplication,
-            schedule=check_schedule(start.schedule),
-            blocker_chain_ids=ids,
-        )
+            schedule = start.schedule
+            jobs.append(
+                NewJob(
+                    id=validate_id(start.id) if start.id is not None else next(fresh),
+                    type_name=job_type.name,
+                    chain_type_name=job_type.name,
+                    input=encoded,
+                    deduplication=deduplication,
+                    schedule=schedule if schedule is None else check_schedule(schedule),
+                    blocker_chain_ids=blocker_chain_ids,
+                )
+            )
+        return jobs
 
     async def _existing_chains(self, tx: Transaction, chain_ids: list[str]) -> dict[str, Chain]:
         unique = list(dict.fromkeys(chain_ids))

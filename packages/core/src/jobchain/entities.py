@@ -8,7 +8,7 @@ import re
 import time
 import uuid
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import MISSING, dataclass, field, fields
 from datetime import UTC, datetime, timedelta
 from enum import StrEnum
 from typing import Any, Generic, Literal, TypeAlias, TypeVar
@@ -53,6 +53,32 @@ def new_id() -> str:
     )
     text = f"{value:032x}"
     return f"{text[:8]}-{text[8:12]}-{text[12:16]}-{text[16:20]}-{text[20:]}"
+
+
+_VARIANT_DIGIT = {digit: "89ab"[int(digit, 16) & 3] for digit in "0123456789abcdef"}
+"""A random hex digit -> the digit holding the RFC 9562 variant (10) and two of its random bits."""
+
+
+def new_ids(count: int) -> list[str]:
+    """``count`` new job ids, as :func:`new_id` makes them, for one batch.
+
+    One clock read and one ``os.urandom`` call serve the whole batch (a call per id was the
+    costliest step of starting a chain in a batch). The ids share the millisecond of their
+    creation and carry 74 random bits each, like :func:`new_id`'s; the list is sorted.
+    """
+    millis = time.time_ns() // 1_000_000
+    stamp = f"{millis & 0xFFFF_FFFF_FFFF:012x}"
+    head = f"{stamp[:8]}-{stamp[8:]}-7"  # time, then the version digit
+    rand = os.urandom(10 * count).hex()  # 20 hex digits per id, of which 19 are used
+    variant = _VARIANT_DIGIT
+    ids = [
+        f"{head}{rand[i : i + 3]}-{variant[rand[i + 3]]}{rand[i + 4 : i + 7]}-{rand[i + 7 : i + 19]}"
+        for i in range(0, 20 * count, 20)
+    ]
+    # In increasing order: a batch's rows then reach the id indexes in key order, which costs
+    # the database less than random order within the millisecond (SQLite: ~9% of an insert).
+    ids.sort()
+    return ids
 
 
 CANONICAL_ID = re.compile(r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}")
@@ -174,6 +200,45 @@ class Job:
     def is_root(self) -> bool:
         """True for the first job of its chain (``id == chain_id``)."""
         return self.id == self.chain_id
+
+
+def _use_slot_setting_init(cls: type) -> None:
+    """Give a frozen slots dataclass an ``__init__`` that fills each slot through its descriptor.
+
+    The generated one calls ``object.__setattr__(self, name, value)`` per field, which looks
+    the slot up by name every time: a third of the cost of starting a chain in a batch went
+    into building its Job that way. This one has the same keyword-only signature, defaults
+    and errors (same ``__qualname__``) and stores the same values; only faster.
+    """
+    if hasattr(cls, "__post_init__"):
+        raise TypeError(f"{cls.__name__}: __post_init__ is not supported here")
+    namespace: dict[str, Any] = {}
+    params: list[str] = []
+    lines: list[str] = []
+    for f in fields(cls):
+        if not f.kw_only:
+            raise TypeError(f"{cls.__name__}.{f.name}: only keyword-only fields are supported here")
+        if f.default_factory is not MISSING:
+            raise TypeError(f"{cls.__name__}.{f.name}: default_factory is not supported here")
+        if f.default is MISSING:
+            params.append(f.name)
+        else:
+            namespace[f"_default_{f.name}"] = f.default
+            params.append(f"{f.name}=_default_{f.name}")
+        namespace[f"_set_{f.name}"] = cls.__dict__[f.name].__set__
+        lines.append(f"    _set_{f.name}(self, {f.name})")
+    source = f"def __init__(self, *, {', '.join(params)}):\n" + "\n".join(lines) + "\n"
+    exec(source, namespace)  # built from the class's own field names only
+    init = namespace["__init__"]
+    original = cls.__dict__["__init__"]
+    init.__qualname__ = original.__qualname__
+    init.__module__ = original.__module__
+    init.__annotations__ = original.__annotations__
+    init.__doc__ = original.__doc__
+    setattr(cls, "__init__", init)  # noqa: B010 -- mypy refuses a direct assignment to a method
+
+
+_use_slot_setting_init(Job)
 
 
 @dataclass(frozen=True, slots=True)

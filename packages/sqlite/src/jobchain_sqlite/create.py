@@ -22,6 +22,8 @@ from dataclasses import dataclass, field, replace
 from datetime import datetime
 from typing import Any
 
+import msgspec
+
 from jobchain.contracts.state import JobCreated, JobsCreate, NewJob
 from jobchain.entities import Job, JobStatus, JsonValue, utcnow, validate_id
 from jobchain.errors import ChainNotFoundError, DuplicateJobIdError, InvalidArgumentError, JobchainError
@@ -120,22 +122,67 @@ async def _create_plain_roots(ctx: TxContext, jobs: list[NewJob], now: datetime)
     if len({job.id for job in jobs}) != len(jobs):
         return None
     now_text = fmt_time(now)
-    items = [_insert_item(job, now, now_text, blocked=False) for job in jobs]
-    try:
-        await ctx.fetch(
-            ctx.q.jobs_create, {"jobs": json.dumps(items, separators=(",", ":")), "now": now_text}
+    created_at = parse_time(now_text)
+    # What _insert_item and _inserted_job do, for roots without deduplication or blockers:
+    # the row to insert and the job a read of it would return, built in one pass.
+    items: list[list[Any]] = []
+    created: list[JobCreated] = []
+    for job in jobs:
+        job_id = job.id
+        value = job.input
+        input_text = None if value is None else dump_json(value, f"input of job {job_id}")
+        schedule = job.schedule
+        if schedule is None:
+            scheduled_text, scheduled_at = now_text, created_at
+        else:
+            scheduled_text = fmt_time(schedule.resolve(now))
+            scheduled_at = created_at if scheduled_text == now_text else parse_time(scheduled_text)
+        trace, chain_trace = job.trace_context, job.chain_trace_context
+        trace_text = None if trace is None else dump_json(trace, "trace_context")
+        chain_trace_text = None if chain_trace is None else dump_json(chain_trace, "chain_trace_context")
+        items.append(
+            [
+                job_id,
+                job.type_name,
+                job_id,
+                job.chain_type_name,
+                0,
+                "pending",
+                input_text,
+                scheduled_text,
+                None,
+                trace_text,
+                chain_trace_text,
+            ]
         )
+        created.append(
+            JobCreated(
+                job=Job(
+                    id=job_id,
+                    chain_id=job_id,
+                    type_name=job.type_name,
+                    chain_type_name=job.chain_type_name,
+                    chain_index=0,
+                    status=_PENDING,
+                    input=value if value is None else _stored(value, input_text),
+                    created_at=created_at,
+                    scheduled_at=scheduled_at,
+                    trace_context=trace if trace is None else _stored(trace, trace_text),
+                    chain_trace_context=chain_trace
+                    if chain_trace is None
+                    else _stored(chain_trace, chain_trace_text),
+                )
+            )
+        )
+    try:
+        await ctx.fetch(ctx.q.jobs_create, {"jobs": _dump_items(items), "now": now_text})
     except JobchainError as error:
         # A colliding id fails the primary key or, for an existing chain's id, the unique
         # (chain_id, chain_index) index first. One statement: nothing of the batch was inserted.
         if is_constraint_violation(error):
             return None
         raise
-    created_at = parse_time(now_text)
-    return [
-        JobCreated(job=_inserted_job(job, item, created_at, now_text))
-        for job, item in zip(jobs, items, strict=True)
-    ]
+    return created
 
 
 async def _create(ctx: TxContext, jobs: list[NewJob], now: datetime) -> list[JobCreated]:
@@ -195,7 +242,7 @@ async def _create(ctx: TxContext, jobs: list[NewJob], now: datetime) -> list[Job
     if rows:
         await ctx.fetch(
             ctx.q.jobs_create,
-            {"jobs": json.dumps(rows, separators=(",", ":")), "now": now_text},
+            {"jobs": _dump_items(rows), "now": now_text},
             job_ids=list(inserted),
         )
         created_at = parse_time(now_text)
@@ -212,6 +259,21 @@ async def _create(ctx: TxContext, jobs: list[NewJob], now: datetime) -> list[Job
         assert earlier is not None  # items only collapse onto earlier, resolved ones
         results[i] = replace(earlier, deduplicated=True, incomplete_blocker_chain_ids=())
     return [result for result in results if result is not None]
+
+
+_encode_items = msgspec.json.Encoder().encode
+
+
+def _dump_items(items: list[list[Any]]) -> str:
+    """The JSON array of insert items (strings, integers and None only).
+
+    msgspec writes it about four times faster than ``json.dumps``; SQLite reads both the
+    same. A lone surrogate (which UTF-8 cannot carry) gets ``json.dumps``'s escape, as before.
+    """
+    try:
+        return _encode_items(items).decode()
+    except UnicodeEncodeError:
+        return json.dumps(items, separators=(",", ":"))
 
 
 def _insert_item(job: NewJob, now: datetime, now_text: str, *, blocked: bool) -> list[Any]:
@@ -232,6 +294,7 @@ def _insert_item(job: NewJob, now: datetime, now_text: str, *, blocked: bool) ->
     ]
 
 
+_PENDING = JobStatus.PENDING
 _SAME_AFTER_JSON = (str, int, float, bool)  # json.loads(json.dumps(v)) == v, same type
 
 

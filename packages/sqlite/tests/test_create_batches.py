@@ -1,0 +1,60 @@
+"""Plain-root batches in jobs_create: the JSON handed to SQLite and the jobs built from it.
+
+The batch's insert items are written with msgspec (json.dumps for the rare string UTF-8
+cannot carry); whatever the text holds, the returned jobs must equal the stored rows.
+"""
+
+from __future__ import annotations
+
+import json
+from datetime import UTC, datetime, timedelta
+
+from jobchain.contracts import JobGet, JobsCreate, NewJob
+from jobchain.entities import JobStatus, Schedule, new_ids
+from jobchain_sqlite import SqliteStateAdapter
+from jobchain_sqlite.create import _dump_items
+
+NOW = datetime(2030, 1, 2, 3, 4, 5, 678901, tzinfo=UTC)
+
+AWKWARD = ["é ü ß", "😀 and 𝄞", "tab\tnew\nline", '"quoted" \\ back', "\u2028\u2029", "\x01\x1f", ""]
+
+
+def test_items_decode_to_themselves() -> None:
+    items: list[list[object]] = [[text, 0, None, 12345678901234] for text in AWKWARD]
+    assert json.loads(_dump_items(items)) == items
+
+
+def test_a_lone_surrogate_gets_json_dumps_escape() -> None:
+    items: list[list[object]] = [["\ud800", 1, None]]
+    assert _dump_items(items) == json.dumps(items, separators=(",", ":"))
+
+
+async def test_awkward_inputs_come_back_as_stored(adapter: SqliteStateAdapter) -> None:
+    ids = new_ids(len(AWKWARD) + 2)
+    jobs = [
+        NewJob(id=i, type_name="t", chain_type_name="t", input={"text": text, "list": [text]})
+        for i, text in zip(ids, AWKWARD, strict=False)
+    ]
+    jobs.append(NewJob(id=ids[-2], type_name="t", chain_type_name="t", input="😀", trace_context={"é": 1}))
+    jobs.append(
+        NewJob(
+            id=ids[-1],
+            type_name="u",
+            chain_type_name="u",
+            input=[1.5, True, None],
+            schedule=Schedule(after=timedelta(seconds=0)),
+            chain_trace_context="c",
+        )
+    )
+    async with adapter.transaction() as tx:
+        created = await tx.jobs_create(JobsCreate(jobs=jobs, now=NOW))
+    assert [c.job.id for c in created] == ids
+    assert all(not c.deduplicated and c.incomplete_blocker_chain_ids == () for c in created)
+    async with adapter.transaction(read_only=True) as tx:
+        for result, job in zip(created, jobs, strict=True):
+            stored = await tx.job_get(JobGet(job_id=job.id))
+            assert stored == result.job
+            assert stored is not None
+            assert stored.input == job.input
+            assert stored.status is JobStatus.PENDING
+            assert stored.scheduled_at == NOW
