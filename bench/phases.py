@@ -50,6 +50,7 @@ JC_PROCESS = [
     ("staged", 10, 0, False),
     ("atomic", 20, 20, False),
     ("staged", 20, 20, False),
+    ("atomic", 50, 50, False),  # bigger groups and claims: what more concurrency buys per job
     ("atomic/no-group", 10, 10, False),  # group commit off: what it buys, in the same run
     ("batch/100", 10, 0, True),  # a batch processor: up to 100 jobs per handler call
     ("batch/50", 10, 50, False),

@@ -8,7 +8,7 @@ Writes bench/results/<date>.json (raw), <date>.md (tables) and <date>.png (chart
 Environment knobs (defaults in brackets): BENCH_REPEATS [3], BENCH_JOBS [20000],
 BENCH_SINGLE [2000], BENCH_LATENCY [2000 per notify backend], BENCH_LATENCY_OTHER [500: polling
 and the peers], BENCH_WAKE_JOBS [500 chains per case of the 8-idle-workers phase],
-BENCH_HISTORY [1000000], BENCH_RSS_JOBS [1000000] and BENCH_RSS_SECONDS [240]
+BENCH_HISTORY [1000000], BENCH_RSS_JOBS [1000000] and BENCH_RSS_SECONDS [300]
 (the long run stops at whichever comes first), BENCH_BUDGET [1560 s: repeats 2 and 3 run only
 if they fit], BENCH_QUICK=1 (a smoke run: small counts), BENCH_PG / BENCH_REDIS / BENCH_NATS.
 """
@@ -72,7 +72,7 @@ def plan_from_env() -> Plan:
         latency_other=env_int("BENCH_LATENCY_OTHER", 50 if quick else 500),
         history=env_int("BENCH_HISTORY", 20000 if quick else 1_000_000),
         rss_jobs=env_int("BENCH_RSS_JOBS", 5000 if quick else 1_000_000),
-        rss_seconds=env_int("BENCH_RSS_SECONDS", 30 if quick else 240),
+        rss_seconds=env_int("BENCH_RSS_SECONDS", 30 if quick else 300),
         budget=env_int("BENCH_BUDGET", 600 if quick else 1560),
         quick=quick,
         wake_jobs=env_int("BENCH_WAKE_JOBS", 100 if quick else 500),
