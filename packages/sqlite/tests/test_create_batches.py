@@ -9,8 +9,11 @@ from __future__ import annotations
 import json
 from datetime import UTC, datetime, timedelta
 
+import pytest
+
 from jobchain.contracts import JobGet, JobsCreate, NewJob
 from jobchain.entities import JobStatus, Schedule, new_ids
+from jobchain.errors import DuplicateJobIdError
 from jobchain_sqlite import SqliteStateAdapter
 from jobchain_sqlite.create import _dump_items
 
@@ -58,3 +61,31 @@ async def test_awkward_inputs_come_back_as_stored(adapter: SqliteStateAdapter) -
             assert stored.input == job.input
             assert stored.status is JobStatus.PENDING
             assert stored.scheduled_at == NOW
+
+
+async def test_a_large_batch_returns_the_stored_rows(adapter: SqliteStateAdapter) -> None:
+    # From _OVERLAP_FROM items the jobs are built while the insert runs.
+    jobs = [
+        NewJob(id=i, type_name="t", chain_type_name="t", input={"n": n}) for n, i in enumerate(new_ids(300))
+    ]
+    async with adapter.transaction() as tx:
+        created = await tx.jobs_create(JobsCreate(jobs=jobs, now=NOW))
+    assert [c.job.id for c in created] == [j.id for j in jobs]
+    async with adapter.transaction(read_only=True) as tx:
+        for result in created:
+            assert await tx.job_get(JobGet(job_id=result.job.id)) == result.job
+
+
+async def test_a_large_batch_with_a_taken_id_raises_duplicate_and_inserts_nothing(
+    adapter: SqliteStateAdapter,
+) -> None:
+    taken = NewJob(id=new_ids(1)[0], type_name="t", chain_type_name="t")
+    async with adapter.transaction() as tx:
+        await tx.jobs_create(JobsCreate(jobs=[taken], now=NOW))
+    fresh = [NewJob(id=i, type_name="t", chain_type_name="t") for i in new_ids(200)]
+    async with adapter.transaction() as tx:
+        with pytest.raises(DuplicateJobIdError) as raised:
+            await tx.jobs_create(JobsCreate(jobs=[*fresh[:150], taken, *fresh[150:]], now=NOW))
+        assert raised.value.job_id == taken.id
+        for job in fresh:
+            assert await tx.job_get(JobGet(job_id=job.id)) is None

@@ -17,6 +17,7 @@ columns are exactly those values (created_at is ``now``; the rest hold their def
 
 from __future__ import annotations
 
+import asyncio
 import json
 from dataclasses import dataclass, field, replace
 from datetime import datetime
@@ -122,24 +123,12 @@ async def _create_plain_roots(ctx: TxContext, jobs: list[NewJob], now: datetime)
     if len({job.id for job in jobs}) != len(jobs):
         return None
     now_text = fmt_time(now)
-    created_at = parse_time(now_text)
-    # What _insert_item and _inserted_job do, for roots without deduplication or blockers:
-    # the row to insert and the job a read of it would return, built in one pass.
+    # What _insert_item does, for roots without deduplication or blockers.
     items: list[list[Any]] = []
-    created: list[JobCreated] = []
     for job in jobs:
         job_id = job.id
-        value = job.input
-        input_text = None if value is None else dump_json(value, f"input of job {job_id}")
-        schedule = job.schedule
-        if schedule is None:
-            scheduled_text, scheduled_at = now_text, created_at
-        else:
-            scheduled_text = fmt_time(schedule.resolve(now))
-            scheduled_at = created_at if scheduled_text == now_text else parse_time(scheduled_text)
+        value, schedule = job.input, job.schedule
         trace, chain_trace = job.trace_context, job.chain_trace_context
-        trace_text = None if trace is None else dump_json(trace, "trace_context")
-        chain_trace_text = None if chain_trace is None else dump_json(chain_trace, "chain_trace_context")
         items.append(
             [
                 job_id,
@@ -148,13 +137,50 @@ async def _create_plain_roots(ctx: TxContext, jobs: list[NewJob], now: datetime)
                 job.chain_type_name,
                 0,
                 "pending",
-                input_text,
-                scheduled_text,
+                None if value is None else dump_json(value, f"input of job {job_id}"),
+                now_text if schedule is None else fmt_time(schedule.resolve(now)),
                 None,
-                trace_text,
-                chain_trace_text,
+                None if trace is None else dump_json(trace, "trace_context"),
+                None if chain_trace is None else dump_json(chain_trace, "chain_trace_context"),
             ]
         )
+    params = {"jobs": _dump_items(items), "now": now_text}
+    try:
+        if len(jobs) < _OVERLAP_FROM:
+            await ctx.fetch(ctx.q.jobs_create, params)
+            return _plain_roots_created(jobs, items, now_text)
+        # The jobs to return are built while the database thread inserts the rows (SQLite
+        # runs without the GIL): the insert is queued first, then this task builds, then waits.
+        insert = asyncio.ensure_future(ctx.fetch(ctx.q.jobs_create, params))
+        try:
+            await asyncio.sleep(0)  # the insert's task runs first and hands the statement over
+            created = _plain_roots_created(jobs, items, now_text)
+            await insert
+        except BaseException:
+            insert.cancel()  # as if it had been awaited directly; a no-op once it is done
+            raise
+    except JobchainError as error:
+        # A colliding id fails the primary key or, for an existing chain's id, the unique
+        # (chain_id, chain_index) index first. One statement: nothing of the batch was inserted.
+        if is_constraint_violation(error):
+            return None
+        raise
+    return created
+
+
+_OVERLAP_FROM = 64
+"""Batches from this size build their jobs during the insert; below, a task costs more than it saves."""
+
+
+def _plain_roots_created(jobs: list[NewJob], items: list[list[Any]], now_text: str) -> list[JobCreated]:
+    """What _inserted_job returns for each plain root of ``items``, in one pass."""
+    created_at = parse_time(now_text)
+    created: list[JobCreated] = []
+    for job, item in zip(jobs, items, strict=True):
+        job_id = job.id
+        value = job.input
+        scheduled_text = item[7]
+        trace, chain_trace = job.trace_context, job.chain_trace_context
         created.append(
             JobCreated(
                 job=Job(
@@ -164,24 +190,16 @@ async def _create_plain_roots(ctx: TxContext, jobs: list[NewJob], now: datetime)
                     chain_type_name=job.chain_type_name,
                     chain_index=0,
                     status=_PENDING,
-                    input=value if value is None else _stored(value, input_text),
+                    input=value if value is None else _stored(value, item[6]),
                     created_at=created_at,
-                    scheduled_at=scheduled_at,
-                    trace_context=trace if trace is None else _stored(trace, trace_text),
+                    scheduled_at=created_at if scheduled_text == now_text else parse_time(scheduled_text),
+                    trace_context=trace if trace is None else _stored(trace, item[9]),
                     chain_trace_context=chain_trace
                     if chain_trace is None
-                    else _stored(chain_trace, chain_trace_text),
+                    else _stored(chain_trace, item[10]),
                 )
             )
         )
-    try:
-        await ctx.fetch(ctx.q.jobs_create, {"jobs": _dump_items(items), "now": now_text})
-    except JobchainError as error:
-        # A colliding id fails the primary key or, for an existing chain's id, the unique
-        # (chain_id, chain_index) index first. One statement: nothing of the batch was inserted.
-        if is_constraint_violation(error):
-            return None
-        raise
     return created
 
 
