@@ -13,9 +13,10 @@ from psycopg import sql
 from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, create_async_engine
 
-from jobchain import Client, JobTypes
+from jobchain import ChainStart, Client, JobTypes
 from jobchain.contracts import JobsList
-from jobchain_postgres import PostgresNotifyAdapter, PostgresStateAdapter
+from jobchain.transactions import Transaction
+from jobchain_postgres import NotifyOptions, PostgresNotifyAdapter, PostgresStateAdapter
 
 from .conftest import conninfo
 
@@ -248,3 +249,74 @@ async def test_adapter_over_a_callers_pool_leaves_the_pool_open(postgres_url: st
             assert await cursor.fetchone() == (1,)
     finally:
         await pool.close()
+
+
+# ---------------------------------------------------------------- announced within the transaction
+
+
+class CountingNotify(PostgresNotifyAdapter):
+    """Counts job-scheduled publishes made after commits (announcements bypass them)."""
+
+    published: int = 0
+
+    async def publish_job_scheduled(self, type_name: str) -> None:
+        if type_name == "order":
+            self.published += 1
+        await super().publish_job_scheduled(type_name)
+
+
+async def test_starts_on_the_notify_database_announce_themselves_and_publish_nothing_after_commit(
+    setup: Setup, postgres_url: str, channel_prefix: str
+) -> None:
+    notify = await CountingNotify.open(postgres_url, NotifyOptions(channel_prefix=channel_prefix))
+    assert isinstance(notify, CountingNotify)
+    try:
+        assert notify.announce_channel_for(setup.state) == f"{channel_prefix}_sched"
+        client = Client(setup.state, notify, setup.types)
+        async with client.transaction() as tx:
+            await client.start_chain(tx, setup.types.get("order"), Order(n=1))
+        async with client.transaction(autocommit=True) as tx:
+            await client.start_chains(tx, [ChainStart(job_type=setup.types.get("order"), input=Order(n=2))])
+        await setup.assert_notified(2)
+        assert notify.published == 0, "an announced start was published again after its commit"
+    finally:
+        await notify.close()
+
+
+async def test_a_psycopg_commit_wakes_listeners_without_a_flush(setup: Setup) -> None:
+    async with await psycopg.AsyncConnection.connect(setup.dsn, autocommit=True) as connection:
+        async with connection.transaction():
+            async with setup.client.transaction(connection=connection) as tx:
+                await setup.client.start_chain(tx, setup.types.get("order"), Order(n=1))
+    # No tx.flush(): the notice was part of the caller's transaction.
+    await setup.assert_notified(1)
+
+
+async def test_a_start_in_a_rolled_back_savepoint_is_not_announced(setup: Setup) -> None:
+    async def start_then_fail(tx: Transaction) -> None:
+        async with tx.savepoint() as inner:
+            await setup.client.start_chain(inner, setup.types.get("order"), Order(n=1))
+            raise RollbackError
+
+    async with setup.client.transaction() as tx:
+        with pytest.raises(RollbackError):
+            await start_then_fail(tx)
+        await setup.client.start_chain(tx, setup.types.get("order"), Order(n=2))
+    assert await setup.chains() == 1
+    await setup.assert_notified(1)
+
+
+async def test_a_notify_adapter_listening_on_another_database_is_published_to_after_commit(
+    setup: Setup, postgres_url: str, channel_prefix: str
+) -> None:
+    other_db = postgres_url.rsplit("/", 1)[0] + "/postgres"
+    notify = await CountingNotify.open(other_db, NotifyOptions(channel_prefix=channel_prefix))
+    assert isinstance(notify, CountingNotify)
+    try:
+        assert notify.announce_channel_for(setup.state) is None
+        client = Client(setup.state, notify, setup.types)
+        async with client.transaction() as tx:
+            await client.start_chain(tx, setup.types.get("order"), Order(n=1))
+        assert notify.published == 1
+    finally:
+        await notify.close()

@@ -22,7 +22,7 @@ from jobchain.completion import (
     check_schedule,
     resolve_blockers,
 )
-from jobchain.contracts.notify import NotifyAdapter
+from jobchain.contracts.notify import AnnouncesWithinState, NotifyAdapter
 from jobchain.contracts.observe import Observer
 from jobchain.contracts.state import (
     ChainGet,
@@ -94,6 +94,11 @@ class Client(ClientQueries):
         clock: Clock | None = None,
     ) -> None:
         super().__init__(state, notify, job_types, observers, clock)
+        # Where the state adapter can announce its new jobs inside the creating transaction
+        # (one database for both): no publish after commit for those starts.
+        self._announce_on = (
+            notify.announce_channel_for(state) if isinstance(notify, AnnouncesWithinState) else None
+        )
 
     # ------------------------------------------------------------ lifecycle
 
@@ -215,7 +220,9 @@ class Client(ClientQueries):
             for job in jobs:
                 job_type = self.job_types.get(job.type_name)
                 self.job_types.check_blockers(job_type, [chains[b].type_name for b in job.blocker_chain_ids])
-        created = await tx.state.jobs_create(JobsCreate(jobs=jobs, now=self._now()))
+        created = await tx.state.jobs_create(
+            JobsCreate(jobs=jobs, now=self._now(), announce_on=self._announce_on)
+        )
         existing = await self._existing_chains(tx, [c.job.chain_id for c in created if c.deduplicated])
         hooks = tx.hooks
         if not hooks.records_events:
@@ -228,7 +235,7 @@ class Client(ClientQueries):
                 if item.deduplicated:
                     results.append(ChainStarted(existing[root.chain_id], deduplicated=True))
                     continue
-                if root.status is JobStatus.PENDING:
+                if root.status is JobStatus.PENDING and not item.announced:
                     scheduled[root.type_name] = scheduled.get(root.type_name, 0) + 1
                 results.append(ChainStarted(Chain(root, root)))
             for type_name, count in scheduled.items():

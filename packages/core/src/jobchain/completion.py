@@ -106,8 +106,10 @@ def buffer_created(hooks: TransactionHooks, created: JobCreated, *, new_chain: b
     if created.deduplicated:
         return
     job = created.job
+    # An announced job's wake-up went out with its own transaction (see AnnouncesWithinState).
+    wake = job.status is JobStatus.PENDING and not created.announced
     if not hooks.records_events:
-        if job.status is JobStatus.PENDING:
+        if wake:
             hooks.job_scheduled(job.type_name)
         return
     attrs = _job_attrs(job)
@@ -116,7 +118,7 @@ def buffer_created(hooks: TransactionHooks, created: JobCreated, *, new_chain: b
     hooks.event("job_created", **attrs)
     if job.status is JobStatus.BLOCKED:
         hooks.event("job_blocked", **attrs, blocker_chain_ids=list(created.incomplete_blocker_chain_ids))
-    elif job.status is JobStatus.PENDING:
+    elif wake:
         hooks.job_scheduled(job.type_name)
 
 

@@ -276,12 +276,17 @@ class PostgresStateTx(ListingsMixin):
         """New chains without deduplication or blockers: one plain multi-row INSERT.
 
         Nothing is read back but what the server decides (ids, clock, clamped schedule): the rest
-        of each job is what was written.
+        of each job is what was written. With ``announce_on`` the same statement announces the
+        new jobs' types there (delivered at commit).
         """
         jobs = params.jobs
         ids, document = new_roots_document(jobs)
-        query_params = {"now": _check_now(params.now), "jobs": document}
-        _shape, rows = await self._rows(self._q.jobs_create_roots, query_params, write=True, ids=ids)
+        query_params: dict[str, Any] = {"now": _check_now(params.now), "jobs": document}
+        announced = params.announce_on is not None
+        if announced:
+            query_params["channel"] = params.announce_on
+        query = self._q.jobs_create_roots_announced if announced else self._q.jobs_create_roots
+        _shape, rows = await self._rows(query, query_params, write=True, ids=ids)
         decided = {row[0]: (utc(row[1]), utc(row[2])) for row in rows}
         results: list[JobCreated] = []
         for job_id, new in zip(ids, jobs, strict=True):
@@ -299,7 +304,7 @@ class PostgresStateTx(ListingsMixin):
                 trace_context=new.trace_context,
                 chain_trace_context=new.chain_trace_context,
             )
-            results.append(JobCreated(job=job))
+            results.append(JobCreated(job=job, announced=announced))
         return results
 
     # ------------------------------------------------------------ reads

@@ -32,7 +32,9 @@ from jobchain.url import BackendURL
 from jobchain_postgres._listener import ListenConnection
 from jobchain_postgres.errors import closed, translated, unreachable
 from jobchain_postgres.options import NotifyOptions, notify_options, parse_url, target
+from jobchain_postgres.providers import database_of
 from jobchain_postgres.queries import plain
+from jobchain_postgres.state import PostgresStateAdapter
 
 __all__ = ["PostgresNotifyAdapter", "open_notify_adapter"]
 
@@ -104,6 +106,7 @@ class PostgresNotifyAdapter:
         transaction-pooling proxy (which cannot LISTEN)."""
         self.options = options or NotifyOptions()
         self._conninfo = conninfo
+        self._listen_database = database_of(listen_conninfo or conninfo)
         self._display = display
         prefix = self.options.channel_prefix
         self._channels = {
@@ -180,6 +183,14 @@ class PostgresNotifyAdapter:
             raise closed()
 
     # ------------------------------------------------------------ publishing
+
+    def announce_channel_for(self, state: object) -> str | None:
+        """The job-scheduled channel, when ``state`` is a PostgreSQL state adapter working in
+        the database this adapter listens on (``AnnouncesWithinState``): its starts then
+        announce themselves within their own transaction."""
+        if not isinstance(state, PostgresStateAdapter) or self._listen_database is None:
+            return None
+        return self._channels[SCHEDULED] if state.database == self._listen_database else None
 
     async def publish_job_scheduled(self, type_name: str) -> None:
         await self._publish(self._channels[SCHEDULED], type_name)

@@ -18,6 +18,7 @@ from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from typing import Any
 
 from psycopg import AsyncConnection
+from psycopg.conninfo import conninfo_to_dict
 from psycopg.pq import TransactionStatus
 from psycopg_pool import AsyncConnectionPool
 
@@ -29,6 +30,32 @@ AnyConnection = AsyncConnection[Any]
 
 Provider = StateProvider[AnyConnection]
 """What the adapter borrows connections from (core's provider contract over psycopg connections)."""
+
+Database = tuple[str, str, str]
+"""A server database as (host, port, dbname): where notifications sent in a transaction go."""
+
+
+def database_of(conninfo: str) -> Database | None:
+    """The database a libpq connection string names, or None unless host and dbname are explicit."""
+    params = conninfo_to_dict(conninfo)
+    host, dbname = params.get("host") or params.get("hostaddr"), params.get("dbname")
+    if not host or not dbname:
+        return None
+    return (str(host), str(params.get("port") or 5432), str(dbname))
+
+
+def provider_database(provider: object) -> Database | None:
+    """The database a provider's connections open, where it can tell without connecting."""
+    if isinstance(provider, PoolProvider):
+        # A pool may take a function that builds its conninfo per connection: then unknown.
+        conninfo = provider.pool.conninfo
+        return database_of(conninfo) if isinstance(conninfo, str) else None
+    if isinstance(provider, ConnectionProvider):
+        info = provider.connection_info
+        return (info.host, str(info.port), info.dbname) if info.host and info.dbname else None
+    if isinstance(provider, SQLAlchemyProvider):
+        return provider.database
+    return None
 
 
 class PoolProvider:
@@ -60,6 +87,11 @@ class ConnectionProvider:
         self._lock = asyncio.Lock()
         self.label = "psycopg connection"
 
+    @property
+    def connection_info(self) -> Any:
+        """The connection's ``psycopg.ConnectionInfo`` (host, port, dbname…)."""
+        return self._connection.info
+
     @asynccontextmanager
     async def connection(self) -> AsyncIterator[AnyConnection]:
         async with self._lock:
@@ -79,6 +111,13 @@ class SQLAlchemyProvider:
         _require_psycopg_dialect(engine)
         self._engine = engine
         self.label = "SQLAlchemy engine"
+
+    @property
+    def database(self) -> Database | None:
+        """The database the engine's URL names (None unless host and database are in it)."""
+        url = getattr(self._engine, "url", None)
+        host, dbname = getattr(url, "host", None), getattr(url, "database", None)
+        return (str(host), str(getattr(url, "port", None) or 5432), str(dbname)) if host and dbname else None
 
     @asynccontextmanager
     async def connection(self) -> AsyncIterator[AnyConnection]:
@@ -165,8 +204,11 @@ async def _sqlalchemy_connection(obj: Any) -> AnyConnection:
 __all__ = [
     "AnyConnection",
     "ConnectionProvider",
+    "Database",
     "PoolProvider",
     "Provider",
     "SQLAlchemyProvider",
+    "database_of",
     "joined_connection",
+    "provider_database",
 ]

@@ -39,10 +39,12 @@ from jobchain_postgres.options import StateOptions, parse_url, state_options, ta
 from jobchain_postgres.providers import (
     AnyConnection,
     ConnectionProvider,
+    Database,
     PoolProvider,
     Provider,
     SQLAlchemyProvider,
     joined_connection,
+    provider_database,
 )
 from jobchain_postgres.queries import Queries
 
@@ -78,6 +80,8 @@ class PostgresStateAdapter:
         self._prepare: bool | None = False if self.options.prepare_threshold is None else None
         self._flushes: set[asyncio.Task[None]] = set()  # after-commit flushes still running
         self._closed = False
+        self.database: Database | None = provider_database(provider)
+        """(host, port, dbname) of the database the adapter works in, where known."""
 
     def __repr__(self) -> str:
         state = "closed" if self._closed else "open"

@@ -1,7 +1,13 @@
 """The contracts every backend implements: state, notify and observability."""
 
 from jobchain.contracts.capabilities import Capability
-from jobchain.contracts.notify import Listener, NotifyAdapter, PublishesChainsInBulk, Unsubscribe
+from jobchain.contracts.notify import (
+    AnnouncesWithinState,
+    Listener,
+    NotifyAdapter,
+    PublishesChainsInBulk,
+    Unsubscribe,
+)
 from jobchain.contracts.observe import Event, NoopObserver, Observer
 from jobchain.contracts.providers import StateProvider
 from jobchain.contracts.state import (
@@ -39,6 +45,7 @@ from jobchain.contracts.state import (
 
 __all__ = [
     "COMPLETION_REFUSALS",
+    "AnnouncesWithinState",
     "DEFAULT_PAGE_SIZE",
     "MAX_PAGE_SIZE",
     "BlockedJobsList",

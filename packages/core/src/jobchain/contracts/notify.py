@@ -54,3 +54,19 @@ class PublishesChainsInBulk(Protocol):
     """
 
     async def publish_chains_completed(self, chain_ids: Sequence[str]) -> None: ...
+
+
+@runtime_checkable
+class AnnouncesWithinState(Protocol):
+    """Optional: a notify adapter whose job-scheduled notices a state adapter can send itself,
+    inside the transaction that creates the jobs (both on one PostgreSQL database, say).
+
+    The notice is then delivered when that transaction commits and dropped when it (or the
+    savepoint it was sent in) rolls back, with no publish after the commit: one round trip
+    less per start, and a start on your own connection wakes workers at your commit.
+    """
+
+    def announce_channel_for(self, state: object) -> str | None:
+        """The channel ``state``'s transactions may announce scheduled jobs on (its payload
+        is the job type name), or None when ``state`` cannot reach this adapter's listeners."""
+        ...

@@ -77,6 +77,10 @@ class JobsCreate:
 
     jobs: Sequence[NewJob]
     now: datetime | None = None
+    announce_on: str | None = None
+    """A channel from ``AnnouncesWithinState``. An adapter that supports it may announce each
+    new pending job's type there within this transaction (and mark the job ``announced``);
+    others ignore it."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -86,6 +90,9 @@ class JobCreated:
     job: Job
     deduplicated: bool = False
     incomplete_blocker_chain_ids: tuple[str, ...] = ()
+    announced: bool = False
+    """The adapter announced this job on ``announce_on`` within the transaction: the caller
+    publishes no job-scheduled notice for it."""
 
 
 # ---------------------------------------------------------------- reads
