@@ -35,6 +35,10 @@ def utcnow() -> datetime:
     return datetime.now(UTC)
 
 
+_VARIANT_DIGIT = {digit: "89ab"[int(digit, 16) & 3] for digit in "0123456789abcdef"}
+"""A random hex digit -> the digit holding the RFC 9562 variant (10) and two of its random bits."""
+
+
 def new_id() -> str:
     """A new job id: a canonical lowercase UUID string, version 7 (RFC 9562).
 
@@ -42,32 +46,21 @@ def new_id() -> str:
     the id index instead of on a random page of it (what keeps inserts cheap once the table
     holds millions of rows); the other 74 bits are random.
     """
-    millis = time.time_ns() // 1_000_000
-    rand = int.from_bytes(os.urandom(10))
-    value = (
-        (millis & 0xFFFF_FFFF_FFFF) << 80
-        | 0x7 << 76  # version
-        | (rand >> 62 & 0xFFF) << 64
-        | 0b10 << 62  # RFC 9562 variant
-        | rand & 0x3FFF_FFFF_FFFF_FFFF
-    )
-    text = f"{value:032x}"
-    return f"{text[:8]}-{text[8:12]}-{text[12:16]}-{text[16:20]}-{text[20:]}"
-
-
-_VARIANT_DIGIT = {digit: "89ab"[int(digit, 16) & 3] for digit in "0123456789abcdef"}
-"""A random hex digit -> the digit holding the RFC 9562 variant (10) and two of its random bits."""
+    stamp = f"{time.time_ns() // 1_000_000 & 0xFFFF_FFFF_FFFF:012x}"
+    rand = os.urandom(10).hex()  # 20 hex digits, of which 19 are used
+    return f"{stamp[:8]}-{stamp[8:]}-7{rand[:3]}-{_VARIANT_DIGIT[rand[3]]}{rand[4:7]}-{rand[7:19]}"
 
 
 def new_ids(count: int) -> list[str]:
     """``count`` new job ids, as :func:`new_id` makes them, for one batch.
 
-    One clock read and one ``os.urandom`` call serve the whole batch (a call per id was the
-    costliest step of starting a chain in a batch). The ids share the millisecond of their
-    creation and carry 74 random bits each, like :func:`new_id`'s; the list is sorted.
+    One clock read and one ``os.urandom`` call serve the whole batch (about a sixth of the
+    cost of :func:`new_id` per id). The ids share the millisecond of their creation and carry
+    74 random bits each, like :func:`new_id`'s; the list is sorted.
     """
-    millis = time.time_ns() // 1_000_000
-    stamp = f"{millis & 0xFFFF_FFFF_FFFF:012x}"
+    if count == 1:
+        return [new_id()]
+    stamp = f"{time.time_ns() // 1_000_000 & 0xFFFF_FFFF_FFFF:012x}"
     head = f"{stamp[:8]}-{stamp[8:]}-7"  # time, then the version digit
     rand = os.urandom(10 * count).hex()  # 20 hex digits per id, of which 19 are used
     variant = _VARIANT_DIGIT

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections import Counter
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
@@ -64,7 +63,7 @@ class TransactionHooks:
     def __init__(self, *, record_events: bool = True) -> None:
         self.records_events = record_events
         """False when nobody observes: :meth:`event` then drops events without building them."""
-        self._scheduled: Counter[str] = Counter()
+        self._scheduled: dict[str, int] = {}  # a plain dict: a Counter costs more to create
         self._chains_completed: dict[str, None] = {}
         self._ownership_lost: dict[str, None] = {}
         self._events: list[Event] = []
@@ -77,7 +76,7 @@ class TransactionHooks:
         """Buffer ``count`` newly eligible jobs of ``type_name`` (wake hint + scheduled notify)."""
         self._check_open()
         if count > 0:
-            self._scheduled[type_name] += count
+            self._scheduled[type_name] = self._scheduled.get(type_name, 0) + count
 
     def chain_completed(self, chain_id: str) -> None:
         """Buffer a chain-completed notification."""
@@ -158,7 +157,7 @@ class TransactionHooks:
 
     def rollback_to(self, checkpoint: Checkpoint) -> None:
         """Discard everything buffered since ``checkpoint`` (a savepoint rolled back)."""
-        self._scheduled = Counter(checkpoint.scheduled)
+        self._scheduled = dict(checkpoint.scheduled)
         self._chains_completed = dict.fromkeys(checkpoint.chains_completed)
         self._ownership_lost = dict.fromkeys(checkpoint.ownership_lost)
         del self._events[checkpoint.events :]
@@ -240,7 +239,7 @@ class TransactionHooks:
                 logger.error("transaction hook %r failed to flush", key, exc_info=result)
 
     def _clear(self) -> None:
-        self._scheduled = Counter()
+        self._scheduled = {}
         self._chains_completed = {}
         self._ownership_lost = {}
         self._events = []

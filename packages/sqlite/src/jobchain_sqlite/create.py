@@ -26,7 +26,7 @@ from typing import Any
 import msgspec
 
 from jobchain.contracts.state import JobCreated, JobsCreate, NewJob
-from jobchain.entities import Job, JobStatus, JsonValue, utcnow, validate_id
+from jobchain.entities import CANONICAL_ID, Job, JobStatus, JsonValue, utcnow, validate_id
 from jobchain.errors import ChainNotFoundError, DuplicateJobIdError, InvalidArgumentError, JobchainError
 from jobchain_sqlite.context import TxContext
 from jobchain_sqlite.errors import is_constraint_violation
@@ -44,10 +44,17 @@ class _Lookup:
     blocker_status: dict[str, JobStatus] = field(default_factory=dict)
 
 
-def _validate(jobs: list[NewJob]) -> None:
+def _validate(jobs: list[NewJob]) -> bool:
+    """Check ids and chain indexes; True when every job is a plain root (new chain, no
+    deduplication, no blockers)."""
+    canonical = CANONICAL_ID.fullmatch  # what validate_id accepts at once, without a call
+    plain = True
     for job in jobs:
-        validate_id(job.id)
+        job_id = job.id
+        if type(job_id) is not str or not canonical(job_id):
+            validate_id(job_id)
         if job.chain_id is not None:
+            plain = False
             validate_id(job.chain_id)
             if job.chain_index < 1:
                 raise InvalidArgumentError(
@@ -56,8 +63,13 @@ def _validate(jobs: list[NewJob]) -> None:
                 )
         elif job.chain_index != 0:
             raise InvalidArgumentError(f"a new chain's first job has chain_index 0, got {job.chain_index}")
-        for chain_id in job.blocker_chain_ids:
-            validate_id(chain_id)
+        if job.blocker_chain_ids:
+            plain = False
+            for chain_id in job.blocker_chain_ids:
+                validate_id(chain_id)
+        if job.deduplication is not None:
+            plain = False
+    return plain
 
 
 def _lookup_items(jobs: list[NewJob], now: datetime) -> str:
@@ -108,9 +120,9 @@ async def jobs_create(ctx: TxContext, params: JobsCreate) -> list[JobCreated]:
     jobs = list(params.jobs)
     if not jobs:
         return []
-    _validate(jobs)
+    plain = _validate(jobs)
     now = params.now or utcnow()
-    if all(job.chain_id is None and job.deduplication is None and not job.blocker_chain_ids for job in jobs):
+    if plain:
         created = await _create_plain_roots(ctx, jobs, now)
         if created is not None:
             return created
