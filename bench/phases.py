@@ -207,6 +207,33 @@ class Runner:
                 ]
             )
             self.record("ref", "pgbench", "skip-locked", rep, rate=tps, machine_busy=busy)
+            # One client, one single-row INSERT per autocommit transaction: what one-at-a-time
+            # starts from one client could reach on this server (a commit and its WAL flush each).
+            admin_sql(
+                "DROP TABLE IF EXISTS one_insert; "
+                "CREATE TABLE one_insert (id bigserial PRIMARY KEY, payload jsonb)",
+                REF_DB,
+            )
+            checkpoint()
+            tps, busy = self._pgbench(
+                [
+                    pgbench,
+                    *base,
+                    "-c",
+                    "1",
+                    "-j",
+                    "1",
+                    "-T",
+                    "5",
+                    "-n",
+                    "-M",
+                    "prepared",
+                    "-f",
+                    str(BENCH / "pgbench" / "insert_one.sql"),
+                    REF_DB,
+                ]
+            )
+            self.record("ref", "pgbench", "insert-one-client", rep, rate=tps, machine_busy=busy)
 
     @staticmethod
     def _pgbench(argv: list[str]) -> tuple[float, float]:

@@ -56,10 +56,12 @@ class Results:
 
 
 def _start_table(res: Results) -> list[str]:
+    one_client = res.stat("ref", "pgbench", "insert-one-client")
     out = [
         "| start (chains/s, 1 client) | jobchain PostgreSQL | pgqueuer | procrastinate | jobchain ÷ pgqueuer "
-        "| jobchain ÷ procrastinate | jobchain SQLite | jobchain in-process |",
-        "|---|---|---|---|---|---|---|---|",
+        "| jobchain ÷ procrastinate | jobchain ÷ one-client INSERT ref | pgqueuer ÷ one-client INSERT ref "
+        "| jobchain SQLite | jobchain in-process |",
+        "|---|---|---|---|---|---|---|---|---|---|",
     ]
     for config in ("single", "single autocommit", "batch 100", "batch 1000"):
         jc, pgq, pro = (res.stat("start", lib, config) for lib in PG_LIBS)
@@ -70,8 +72,10 @@ def _start_table(res: Results) -> list[str]:
             "single": "one per transaction",
             "single autocommit": "one per transaction, jobchain in autocommit (peers: as above)",
         }.get(config, f"batches of {config.split()[-1]}")
+        single = config.startswith("single")
         out.append(
             f"| {label} | {cell(jc)} | {cell(pgq)} | {cell(pro)} | {ratio(jc, pgq)} | {ratio(jc, pro)} "
+            f"| {ratio(jc, one_client) if single else '–'} | {ratio(pgq, one_client) if single else '–'} "
             f"| {cell(sq)} | {cell(mem)} |"
         )
     return out
@@ -403,10 +407,17 @@ def write_report(info: dict[str, Any], records: list[dict[str, Any]], md_path: P
     lines += [*_wake_hints_table(res), "", "## Cost", "", *_cost_table(res)]
     lines += ["", "## History scale and long-run memory", "", *_history_rss(res)]
     lines += ["", "## Where the worker's CPU goes", "", *_profile_table(res), "", "## References", ""]
-    lines += ["| reference (pgbench -c 10 -j 2, same server) | transactions/s |", "|---|---|"]
-    lines.append(f"| single-row UPDATE, autocommit | {cell(res.stat('ref', 'pgbench', 'update'))} |")
+    lines += ["| reference (pgbench on the same server) | transactions/s |", "|---|---|"]
     lines.append(
-        f"| SKIP LOCKED, one claim per transaction, 20,000 rows | {cell(res.stat('ref', 'pgbench', 'skip-locked'))} |"
+        f"| single-row UPDATE, autocommit, 10 clients (-c 10 -j 2) | {cell(res.stat('ref', 'pgbench', 'update'))} |"
+    )
+    lines.append(
+        "| SKIP LOCKED, one claim per transaction, 20,000 rows, 10 clients (-c 10 -j 2) "
+        f"| {cell(res.stat('ref', 'pgbench', 'skip-locked'))} |"
+    )
+    lines.append(
+        "| single-row INSERT, autocommit, prepared, one client (-c 1): the ceiling of one-at-a-time starts "
+        f"| {cell(res.stat('ref', 'pgbench', 'insert-one-client'))} |"
     )
     errors = [r for r in records if r["phase"] == "error"]
     if errors:

@@ -1,0 +1,1 @@
+INSERT INTO one_insert (payload) VALUES ('null'::jsonb);
