@@ -8,9 +8,13 @@ from __future__ import annotations
 
 import json
 from datetime import UTC, datetime, timedelta
+from pathlib import Path
 
+import aiosqlite
 import pytest
+from sqlalchemy.ext.asyncio import AsyncSession, create_async_engine
 
+from jobchain import ChainStart, Client, JobTypes
 from jobchain.contracts import JobGet, JobsCreate, NewJob
 from jobchain.entities import JobStatus, Schedule, new_ids
 from jobchain.errors import DuplicateJobIdError
@@ -89,3 +93,38 @@ async def test_a_large_batch_with_a_taken_id_raises_duplicate_and_inserts_nothin
         assert raised.value.job_id == taken.id
         for job in fresh:
             assert await tx.job_get(JobGet(job_id=job.id)) is None
+
+
+@pytest.mark.parametrize("kind", ["own", "aiosqlite", "sqlalchemy-session", "sqlalchemy-connection"])
+async def test_a_large_batch_through_the_client_on_every_kind_of_connection(
+    adapter: SqliteStateAdapter, db_path: Path, kind: str
+) -> None:
+    """The insert runs in a task of its own while the jobs are built: also on joined connections."""
+    types = JobTypes()
+    ship = types.define("ship", input=int, output=None, entry=True)
+    client = Client(adapter, None, types)
+    starts = [ChainStart(job_type=ship, input=n) for n in range(150)]
+    if kind == "own":
+        async with client.transaction() as tx:
+            started = await client.start_chains(tx, starts)
+    elif kind == "aiosqlite":
+        async with aiosqlite.connect(db_path) as conn:
+            async with client.transaction(connection=conn) as tx:
+                started = await client.start_chains(tx, starts)
+            await conn.commit()
+    else:
+        engine = create_async_engine(f"sqlite+aiosqlite:///{db_path}")
+        try:
+            if kind == "sqlalchemy-session":
+                async with AsyncSession(engine) as session, session.begin():
+                    async with client.transaction(connection=session) as tx:
+                        started = await client.start_chains(tx, starts)
+            else:
+                async with engine.begin() as sa_conn:
+                    async with client.transaction(connection=sa_conn) as tx:
+                        started = await client.start_chains(tx, starts)
+        finally:
+            await engine.dispose()
+    assert [s.chain.root.input for s in started] == list(range(150))
+    page = await client.list_chains(chain_ids=[s.id for s in started], limit=500)
+    assert {c.id: c for c in page.items} == {s.id: s.chain for s in started}
