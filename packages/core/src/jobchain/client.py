@@ -34,7 +34,16 @@ from jobchain.contracts.state import (
     RunsOperationsAlone,
     StateAdapter,
 )
-from jobchain.entities import Chain, Deduplication, Job, JobStatus, Schedule, new_ids, validate_id
+from jobchain.entities import (
+    Chain,
+    Deduplication,
+    Job,
+    JobStatus,
+    Schedule,
+    _use_slot_setting_init,
+    new_ids,
+    validate_id,
+)
 from jobchain.errors import (
     BlockerReferenceError,
     ChainNotFoundError,
@@ -71,6 +80,10 @@ class ChainStarted:
     @property
     def id(self) -> str:
         return self.chain.id
+
+
+_use_slot_setting_init(ChainStart)
+_use_slot_setting_init(ChainStarted)
 
 
 _PLAIN_LISTS = (tuple, list)

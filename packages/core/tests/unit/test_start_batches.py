@@ -29,8 +29,9 @@ from jobchain import (
     JobTypeValidationError,
     Schedule,
 )
+from jobchain.client import ChainStarted
 from jobchain.contracts.observe import Event
-from jobchain.entities import Job, new_ids, validate_id
+from jobchain.entities import Chain, Job, new_ids, validate_id
 from jobchain.errors import UnknownJobTypeError
 from jobchain.memory.state import MemoryStateAdapter
 
@@ -242,15 +243,33 @@ class TestJobInit:
         }
         return Job(**{**values, **changes})
 
-    def test_same_signature_values_and_defaults_as_the_dataclass(self) -> None:
-        params = inspect.signature(Job).parameters
-        fields = dataclasses.fields(Job)
+    @pytest.mark.parametrize("cls", [Job, Chain, ChainStart, ChainStarted])
+    def test_same_signature_as_the_dataclass(self, cls: type) -> None:
+        params = inspect.signature(cls).parameters
+        fields = dataclasses.fields(cls)
         assert list(params) == [f.name for f in fields]
         for f in fields:
-            assert params[f.name].kind is inspect.Parameter.KEYWORD_ONLY
+            kind = inspect.Parameter.KEYWORD_ONLY if f.kw_only else inspect.Parameter.POSITIONAL_OR_KEYWORD
+            assert params[f.name].kind is kind
             assert params[f.name].default == (
                 inspect.Parameter.empty if f.default is dataclasses.MISSING else f.default
             )
+
+    def test_positional_fields_still_take_positions_and_names(self) -> None:
+        job = self._job()
+        assert ChainStarted(Chain(job, job)) == ChainStarted(
+            chain=Chain(root=job, last=job), deduplicated=False
+        )
+        with pytest.raises(
+            TypeError, match=r"Chain.__init__\(\) missing 1 required positional argument: 'last'"
+        ):
+            Chain(job)  # type: ignore[call-arg]
+        with pytest.raises(TypeError, match=r"ChainStarted.__init__\(\) takes from 2 to 3 positional"):
+            ChainStarted(Chain(job, job), False, 1)  # type: ignore[call-arg]
+        with pytest.raises(dataclasses.FrozenInstanceError):
+            Chain(job, job).root = job  # type: ignore[misc]
+
+    def test_values_and_defaults(self) -> None:
         job = self._job(attempt=2, leased_by="w")
         assert (job.attempt, job.leased_by, job.output, job.lease_generation) == (2, "w", None, 0)
         assert job == self._job(attempt=2, leased_by="w")
