@@ -13,7 +13,7 @@ from datetime import datetime, timedelta
 from typing import Literal, Protocol, runtime_checkable
 
 from jobchain.contracts.capabilities import Capability
-from jobchain.entities import Chain, Deduplication, Job, JsonValue, Page, Schedule
+from jobchain.entities import Chain, Deduplication, Job, JsonValue, Page, Schedule, _use_slot_setting_init
 from jobchain.errors import (
     BlockerReference,
     InvalidArgumentError,
@@ -93,6 +93,11 @@ class JobCreated:
     announced: bool = False
     """The adapter announced this job on ``announce_on`` within the transaction: the caller
     publishes no job-scheduled notice for it."""
+
+
+# Built once per job of every start: the cheaper constructor (same signature and errors).
+_use_slot_setting_init(NewJob)
+_use_slot_setting_init(JobCreated)
 
 
 # ---------------------------------------------------------------- reads
