@@ -30,11 +30,15 @@ item = types.define("wake.item", input=Item, output=None, entry=True)
 
 
 class RecordingState(MemoryStateAdapter):
-    """Records claims (with their job count), reaps and next-available look-ups in order."""
+    """Records claims (with their job count), reaps and next-available look-ups in order.
+
+    It offers ``autocommit()`` (RunsOperationsAlone), as the PostgreSQL adapter does.
+    """
 
     def __init__(self) -> None:
         super().__init__()
         self.ops: list[tuple[str, int]] = []
+        self.scopes: list[tuple[str, str]] = []  # (operation, the scope it ran in)
         self._held: dict[str, deque[tuple[asyncio.Event, asyncio.Event]]] = {}
         self._grew = asyncio.Event()
 
@@ -58,9 +62,15 @@ class RecordingState(MemoryStateAdapter):
         self.ops.append((op, count))
         self._grew.set()
 
+    def transaction(self, *, read_only: bool = False, connection: object | None = None) -> Any:
+        return self._scope("transaction", super().transaction(read_only=read_only, connection=connection))
+
+    def autocommit(self, *, read_only: bool = False) -> Any:
+        return self._scope("autocommit", super().transaction(read_only=read_only))
+
     @asynccontextmanager
-    async def transaction(self, *args: Any, **kwargs: Any) -> AsyncIterator[Any]:
-        async with super().transaction(*args, **kwargs) as tx:
+    async def _scope(self, scope: str, opened: Any) -> AsyncIterator[Any]:
+        async with opened as tx:
             acquire, reap, next_available = tx.jobs_acquire, tx.jobs_reap_expired, tx.job_next_available
 
             async def recorded_acquire(params: Any) -> Any:
@@ -70,6 +80,7 @@ class RecordingState(MemoryStateAdapter):
 
             async def recorded_reap(params: Any) -> Any:
                 result = await reap(params)
+                self.scopes.append(("reap", scope))
                 await self._record("reap", len(result))
                 return result
 
@@ -163,3 +174,16 @@ async def test_wake_ups_during_every_claim_do_not_put_the_reap_off() -> None:
 
     # One immediate re-claim per cycle, then the reap as usual.
     assert state.ops[:3] == [("acquire", 0), ("acquire", 0), ("reap", 0)]
+
+
+async def test_the_idle_cycle_reaps_in_autocommit() -> None:
+    state, _, _, worker, _ = _setup()
+    await worker.start()
+    try:
+        await state.wait_ops(2)  # the first (empty) claim, then the reap
+    finally:
+        await worker.stop()
+
+    assert state.ops[:2] == [("acquire", 0), ("reap", 0)]
+    # One operation: no BEGIN and COMMIT round trips where the adapter can run it alone.
+    assert state.scopes[0] == ("reap", "autocommit")

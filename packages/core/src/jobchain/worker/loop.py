@@ -320,7 +320,9 @@ class Worker:
         return max(durations, default=fallback.duration)
 
     async def _reap_one(self) -> bool:
-        async with self.client.transaction() as tx:
+        # One operation: in autocommit where the adapter can (no BEGIN and COMMIT round trips).
+        # The reap runs in the idle cycle after every job, where a wake-up may land and wait.
+        async with self.client.transaction(autocommit=True) as tx:
             reaped = await tx.state.jobs_reap_expired(
                 JobsReapExpired(
                     type_names=self._type_names,
