@@ -64,7 +64,11 @@ PRO_PROCESS = [(10, True), (20, False)]
 
 
 # The plan fields each phase reads; `run.py --add` records their values with the phase.
-PHASE_PLAN_KEYS = {"latency": ("latency", "latency_other"), "wake_hints": ("wake_jobs",)}
+PHASE_PLAN_KEYS = {
+    "latency": ("latency", "latency_other"),
+    "wake_hints": ("wake_jobs",),
+    "rss": ("rss_jobs", "rss_seconds"),
+}
 
 
 def jc_label(mode: str, conc: int, prefetch: int) -> str:

@@ -207,13 +207,18 @@ def _cost_table(res: Results) -> list[str]:
     return out
 
 
-def _history_rss(res: Results) -> list[str]:
+def _history_rss(res: Results, long_run_note: list[str]) -> list[str]:
     out = ["| history scale (jobchain PostgreSQL) | jobs/s | ratio to empty table |", "|---|---|---|"]
     hist = [(c, res.stat("history", "jobchain-pg", c)) for c in res.configs("history", "jobchain-pg")]
     base = hist[0][1] if hist else None
     for config, stat in hist:
         out.append(f"| {config} | {cell(stat)} | {ratio(stat, base)} |")
-    out += ["", "| long run (jobchain PostgreSQL) | RSS MB after N processed jobs |", "|---|---|"]
+    out += [
+        "",
+        *long_run_note,
+        "| long run (jobchain PostgreSQL) | RSS MB after N processed jobs |",
+        "|---|---|",
+    ]
     for (phase, _lib, config), recs in res.groups.items():
         if phase == "rss":
             marks = recs[0].get("rss_marks", {})
@@ -405,7 +410,7 @@ def write_report(info: dict[str, Any], records: list[dict[str, Any]], md_path: P
     lines += ["", "## Wake-up latency", "", *_added_note(info, "latency"), *_latency_table(res)]
     lines += ["", "## Acquisitions per job, 8 idle workers", "", *_added_note(info, "wake_hints")]
     lines += [*_wake_hints_table(res), "", "## Cost", "", *_cost_table(res)]
-    lines += ["", "## History scale and long-run memory", "", *_history_rss(res)]
+    lines += ["", "## History scale and long-run memory", "", *_history_rss(res, _added_note(info, "rss"))]
     lines += ["", "## Where the worker's CPU goes", "", *_profile_table(res), "", "## References", ""]
     lines += ["| reference (pgbench on the same server) | transactions/s |", "|---|---|"]
     lines.append(
