@@ -167,49 +167,23 @@ class Runner:
         pgbench = shutil.which("pgbench")
         if pgbench is None:
             raise RuntimeError("pgbench not found (apt-get install postgresql-client)")
-        base = ["-h", "127.0.0.1", "-U", "postgres"]
-        subprocess.run([pgbench, *base, "-i", "-s", "1", "-q", REF_DB], check=True, capture_output=True)
-        for rep in range(self.plan.repeats):
+        server = ["-h", "127.0.0.1", "-U", "postgres"]
+        base = [pgbench, *server]
+        subprocess.run([*base, "-i", "-s", "1", "-q", REF_DB], check=True, capture_output=True)
+
+        def run(script: str, *options: str) -> tuple[float, float]:
             checkpoint()
-            tps, busy = self._pgbench(
-                [
-                    pgbench,
-                    *base,
-                    "-c",
-                    "10",
-                    "-j",
-                    "2",
-                    "-T",
-                    "5" if self.plan.quick else "10",
-                    "-n",
-                    "-f",
-                    str(BENCH / "pgbench" / "update.sql"),
-                    REF_DB,
-                ]
-            )
+            return self._pgbench([*base, *options, "-n", "-f", str(BENCH / "pgbench" / script), REF_DB])
+
+        for rep in range(self.plan.repeats):
+            tps, busy = run("update.sql", "-c", "10", "-j", "2", "-T", "5" if self.plan.quick else "10")
             self.record("ref", "pgbench", "update", rep, rate=tps, machine_busy=busy)
             subprocess.run(
-                ["psql", *base, "-q", "-d", REF_DB, "-f", str(BENCH / "pgbench" / "skiplocked_setup.sql")],
+                ["psql", *server, "-q", "-d", REF_DB, "-f", str(BENCH / "pgbench" / "skiplocked_setup.sql")],
                 check=True,
                 capture_output=True,
             )
-            checkpoint()
-            tps, busy = self._pgbench(
-                [
-                    pgbench,
-                    *base,
-                    "-c",
-                    "10",
-                    "-j",
-                    "2",
-                    "-t",
-                    "2000",
-                    "-n",
-                    "-f",
-                    str(BENCH / "pgbench" / "skiplocked_claim.sql"),
-                    REF_DB,
-                ]
-            )
+            tps, busy = run("skiplocked_claim.sql", "-c", "10", "-j", "2", "-t", "2000")
             self.record("ref", "pgbench", "skip-locked", rep, rate=tps, machine_busy=busy)
             # One client, one single-row INSERT per autocommit transaction: what one-at-a-time
             # starts from one client could reach on this server (a commit and its WAL flush each).
@@ -218,25 +192,7 @@ class Runner:
                 "CREATE TABLE one_insert (id bigserial PRIMARY KEY, payload jsonb)",
                 REF_DB,
             )
-            checkpoint()
-            tps, busy = self._pgbench(
-                [
-                    pgbench,
-                    *base,
-                    "-c",
-                    "1",
-                    "-j",
-                    "1",
-                    "-T",
-                    "5",
-                    "-n",
-                    "-M",
-                    "prepared",
-                    "-f",
-                    str(BENCH / "pgbench" / "insert_one.sql"),
-                    REF_DB,
-                ]
-            )
+            tps, busy = run("insert_one.sql", "-c", "1", "-j", "1", "-T", "5", "-M", "prepared")
             self.record("ref", "pgbench", "insert-one-client", rep, rate=tps, machine_busy=busy)
 
     @staticmethod
