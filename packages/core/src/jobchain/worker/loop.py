@@ -229,31 +229,19 @@ class Worker:
 
     async def _cycle(self) -> None:
         """Claim while there is work and room, reap, then wait for a reason to look again."""
-        reclaimed = False
         while not self._stopping:
             self._start_buffered()
             # With prefetch, refill only once the buffer ran down to half: claims then carry
             # several jobs each, and they happen while the slots are busy.
             if self._room() > 0 and len(self._buffer) <= self.prefetch // 2:
-                # This claim covers every wake-up so far (their jobs committed before it
-                # starts); one from now on may be for a job committed after its snapshot.
-                self._wake.clear()
                 jobs, has_more = await self._claim(self._room())
                 now = asyncio.get_running_loop().time()
                 self._buffer.extend((job, now) for job in jobs)
                 self._start_buffered()
                 if jobs and has_more and self._room() > 0:
                     continue
-                if not jobs and not self._buffer:
-                    if self._wake.is_set() and not reclaimed:
-                        # Woken while this claim was in flight: its job may have committed
-                        # just after the claim's snapshot. Claim again now instead of after a
-                        # reap and a next-available look-up; once per cycle, so that wake-ups
-                        # arriving during every claim cannot put the reap off for good.
-                        reclaimed = True
-                        continue
-                    if await self._reap_one():
-                        continue
+                if not jobs and not self._buffer and await self._reap_one():
+                    continue
             await self._wait()
             return
 
@@ -338,11 +326,6 @@ class Worker:
         return bool(reaped)
 
     async def _wait(self) -> None:
-        if self._wake.is_set():
-            # Woken meanwhile (a notification or a freed slot during the reap): look again at
-            # once. The next-available look-up only sets how long to sleep; skip its round trip.
-            self._wake.clear()
-            return
         timeout = self.poll_interval
         if self._busy_slots() < self.concurrency:
             async with self._operation(read_only=True) as tx:
