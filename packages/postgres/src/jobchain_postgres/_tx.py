@@ -281,12 +281,10 @@ class PostgresStateTx(ListingsMixin):
         """
         jobs = params.jobs
         ids, document = new_roots_document(jobs)
-        query_params: dict[str, Any] = {"now": _check_now(params.now), "jobs": document}
-        announced = params.announce_on is not None
-        if announced:
-            query_params["channel"] = params.announce_on
-        query = self._q.jobs_create_roots_announced if announced else self._q.jobs_create_roots
-        _shape, rows = await self._rows(query, query_params, write=True, ids=ids)
+        channel = params.announce_on
+        query_params = {"now": _check_now(params.now), "jobs": document, "channel": channel}
+        announced = channel is not None
+        _shape, rows = await self._rows(self._q.jobs_create_roots, query_params, write=True, ids=ids)
         decided = {row[0]: (utc(row[1]), utc(row[2])) for row in rows}
         results: list[JobCreated] = []
         for job_id, new in zip(ids, jobs, strict=True):
