@@ -46,6 +46,7 @@ from jobchain_conformance.suites.state_chains import (
     JobGetTests,
     JobsCreateBlockersTests,
 )
+from jobchain_conformance.suites.state_concurrent_unblock import ConcurrentUnblockTests
 from jobchain_conformance.suites.state_create import JobsCreateDeduplicationTests, JobsCreateTests
 from jobchain_conformance.suites.state_delete import ChainsDeleteTests
 from jobchain_conformance.suites.state_isolation import ConcurrencyTests, ReadIsolationTests
@@ -78,6 +79,7 @@ class StateAdapterSuite(
     JobRescheduleTests,
     JobCompleteTests,
     JobCompleteUnblockingTests,
+    ConcurrentUnblockTests,
     JobsReapExpiredTests,
     JobAttemptTimesTests,
     JobsTriggerTests,
