@@ -176,7 +176,18 @@ TestScopeBlindDedup = state_suite(ScopeBlindDedupTx)
 TestEagerUnblock = state_suite(EagerUnblockTx)
 
 
-class TestCorrectNotify(NotifyAdapterSuite):
+class OnOneHub:
+    """The second adapter of a case shares the first one's hub (its broker)."""
+
+    @pytest.fixture
+    def notify_adapter_factory(self, notify_adapter):
+        async def open_adapter():
+            return type(notify_adapter)(hub=notify_adapter.hub)
+
+        return open_adapter
+
+
+class TestCorrectNotify(OnOneHub, NotifyAdapterSuite):
     @pytest.fixture
     async def notify_adapter(self):
         adapter = MemoryNotifyAdapter()
@@ -184,7 +195,7 @@ class TestCorrectNotify(NotifyAdapterSuite):
         await adapter.close()
 
 
-class TestLeakyUnsubscribe(NotifyAdapterSuite):
+class TestLeakyUnsubscribe(OnOneHub, NotifyAdapterSuite):
     @pytest.fixture
     async def notify_adapter(self):
         adapter = LeakyUnsubscribeNotify()

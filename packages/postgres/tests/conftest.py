@@ -90,3 +90,21 @@ async def pg_notify(postgres_url: str, channel_prefix: str) -> AsyncIterator[Pos
     adapter = await PostgresNotifyAdapter.open(postgres_url, NotifyOptions(channel_prefix=channel_prefix))
     yield adapter
     await adapter.close()
+
+
+def notify_backend_pids(adapter: PostgresNotifyAdapter) -> list[int]:
+    """Server process ids of the adapter's LISTEN and publishing connections (those open now)."""
+    pids = [adapter.listen_backend_pid]
+    publisher = adapter._publisher  # no public pid: the publishing connection opens lazily
+    if publisher is not None and not publisher.closed:
+        pids.append(publisher.info.backend_pid)
+    return [pid for pid in pids if pid is not None]
+
+
+async def terminate_backends(url: str, pids: list[int]) -> None:
+    """``pg_terminate_backend`` each pid and wait (up to 30 s) until it is gone: the server side
+    of a connection breaks, as when an administrator or a failover kills it."""
+    async with await psycopg.AsyncConnection.connect(conninfo(url), autocommit=True) as connection:
+        await connection.execute(
+            "SELECT pg_terminate_backend(pid, 30000) FROM unnest(%s::int[]) AS pid", [pids]
+        )

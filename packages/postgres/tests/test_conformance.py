@@ -15,11 +15,12 @@ import pytest
 
 from jobchain.contracts import NotifyAdapter, StateAdapter, StateTx
 from jobchain_conformance import NotifyAdapterSuite, StateAdapterSuite
+from jobchain_conformance.suites._base import InterruptConnection, NotifyAdapterFactory
 from jobchain_postgres import NotifyOptions, PostgresNotifyAdapter
 from jobchain_postgres._tx import PostgresStateTx
 from jobchain_postgres.options import Claim
 
-from .conftest import open_state
+from .conftest import notify_backend_pids, open_state, terminate_backends
 
 
 async def poison(tx: StateTx) -> None:
@@ -49,7 +50,26 @@ class TestPostgresStateAtomicClaim(TestPostgresState):
 
 class TestPostgresNotify(NotifyAdapterSuite):
     @pytest.fixture
-    async def notify_adapter(self, postgres_url: str, channel_prefix: str) -> AsyncIterator[NotifyAdapter]:
-        adapter = await PostgresNotifyAdapter.open(postgres_url, NotifyOptions(channel_prefix=channel_prefix))
+    def notify_adapter_factory(self, postgres_url: str, channel_prefix: str) -> NotifyAdapterFactory:
+        async def open_adapter() -> NotifyAdapter:
+            return await PostgresNotifyAdapter.open(
+                postgres_url, NotifyOptions(channel_prefix=channel_prefix)
+            )
+
+        return open_adapter
+
+    @pytest.fixture
+    async def notify_adapter(
+        self, notify_adapter_factory: NotifyAdapterFactory
+    ) -> AsyncIterator[NotifyAdapter]:
+        adapter = await notify_adapter_factory()
         yield adapter
         await adapter.close()
+
+    @pytest.fixture
+    def interrupt_connection(self, postgres_url: str) -> InterruptConnection:
+        async def interrupt(adapter: NotifyAdapter) -> None:
+            assert isinstance(adapter, PostgresNotifyAdapter)
+            await terminate_backends(postgres_url, notify_backend_pids(adapter))
+
+        return interrupt

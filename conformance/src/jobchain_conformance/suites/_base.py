@@ -12,6 +12,12 @@ from jobchain_conformance.capabilities import skip_unless
 
 PoisonTransaction = Callable[[StateTx], Awaitable[None]]
 
+NotifyAdapterFactory = Callable[[], Awaitable[NotifyAdapter]]
+"""Opens one more notify adapter on the same broker and prefix as ``notify_adapter``."""
+
+InterruptConnection = Callable[[NotifyAdapter], Awaitable[None]]
+"""Breaks the given adapter's connection(s) to its broker from the server side."""
+
 
 def base_time() -> datetime:
     """A fixed, whole-millisecond UTC time a little in the past, so every precision round-trips."""
@@ -52,7 +58,14 @@ class StateSuiteBase:
 
 
 class NotifySuiteBase:
-    """Fixtures of the notify-adapter suite: override ``notify_adapter`` (fresh prefix per test)."""
+    """Fixtures of the notify-adapter suite.
+
+    Override ``notify_adapter`` (a fresh adapter with its own prefix per test) and
+    ``notify_adapter_factory`` (an async callable opening another adapter, over another
+    connection, on the same broker and prefix as ``notify_adapter``: a second process's).
+    Optionally override ``interrupt_connection`` to return an async callable that breaks an
+    adapter's connection(s) from the server side; the reconnection cases skip without it.
+    """
 
     pytestmark = [pytest.mark.conformance]
 
@@ -60,6 +73,26 @@ class NotifySuiteBase:
     async def notify_adapter(self) -> AsyncIterator[NotifyAdapter]:
         raise NotImplementedError("override notify_adapter in your Test… class")
         yield  # pragma: no cover
+
+    @pytest.fixture
+    def notify_adapter_factory(self) -> NotifyAdapterFactory:
+        raise NotImplementedError(
+            "override notify_adapter_factory in your Test… class: return an async callable that opens "
+            "another adapter on notify_adapter's broker and prefix (its own connection)"
+        )
+
+    @pytest.fixture
+    async def second_notify_adapter(
+        self, notify_adapter: NotifyAdapter, notify_adapter_factory: NotifyAdapterFactory
+    ) -> AsyncIterator[NotifyAdapter]:
+        """Another adapter on ``notify_adapter``'s broker and prefix, closed after the case."""
+        adapter = await notify_adapter_factory()
+        yield adapter
+        await adapter.close()
+
+    @pytest.fixture
+    def interrupt_connection(self) -> InterruptConnection | None:
+        return None
 
     @pytest.fixture(autouse=True)
     def _skip_on_capabilities(self, request: pytest.FixtureRequest) -> None:

@@ -32,6 +32,7 @@ from jobchain_conformance.suites.notify_channels import (
     NotifyLifecycleTests,
     OwnershipLostChannelTests,
 )
+from jobchain_conformance.suites.notify_instances import InterruptedConnectionTests, SeveralInstancesTests
 from jobchain_conformance.suites.notify_wake_hints import WakeHintTests
 from jobchain_conformance.suites.state_acquire import (
     JobNextAvailableTests,
@@ -108,6 +109,8 @@ class NotifyAdapterSuite(
     ListenerLifecycleTests,
     WakeHintTests,
     NotifyLifecycleTests,
+    SeveralInstancesTests,
+    InterruptedConnectionTests,
     NotifySuiteBase,
 ):
     """Every notify-adapter conformance case."""

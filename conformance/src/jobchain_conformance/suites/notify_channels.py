@@ -46,8 +46,17 @@ class Inbox:
         self.received.append(name)
         self._changed.set()
 
-    async def wait_for(self, name: str, count: int = 1, within: float = DELIVERY_TIMEOUT) -> None:
-        """Wait until ``name`` arrived ``count`` times; fail the case after ``within`` seconds."""
+    async def wait_for(self, name: str, count: int = 1, within: float | None = None) -> None:
+        """Wait until ``name`` arrived ``count`` times; fail the case after ``within`` seconds
+        (default :data:`DELIVERY_TIMEOUT`)."""
+        within = DELIVERY_TIMEOUT if within is None else within
+        if not await self.arrives(name, count, within):
+            pytest.fail(
+                f"{name!r} was not delivered {count} time(s) within {within} s; received {self.received!r}"
+            )
+
+    async def arrives(self, name: str, count: int, within: float) -> bool:
+        """True once ``name`` arrived ``count`` times, False if it has not within ``within`` seconds."""
 
         async def arrived() -> None:
             while self.received.count(name) < count:
@@ -57,9 +66,8 @@ class Inbox:
         try:
             await asyncio.wait_for(arrived(), within)
         except TimeoutError:
-            pytest.fail(
-                f"{name!r} was not delivered {count} time(s) within {within} s; received {self.received!r}"
-            )
+            return False
+        return True
 
 
 @dataclass(frozen=True)

@@ -1,4 +1,5 @@
-"""MemoryNotifyAdapter: channels, multiplexing, fault isolation, unsubscribe, close, wake hints."""
+"""MemoryNotifyAdapter: channels, multiplexing, fault isolation, unsubscribe, close, wake hints,
+and adapters sharing one MemoryNotifyHub (a broker), interrupted and reconnecting."""
 
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ import pytest
 from jobchain.contracts.capabilities import Capability
 from jobchain.contracts.notify import NotifyAdapter
 from jobchain.errors import AdapterClosedError, InvalidArgumentError
-from jobchain.memory.notify import WAKE_HINT_TTL, MemoryNotifyAdapter
+from jobchain.memory.notify import WAKE_HINT_TTL, MemoryNotifyAdapter, MemoryNotifyHub
 
 
 class ManualClock:
@@ -240,3 +241,97 @@ class TestClose:
         await unsubscribe()  # still safe
         await unsubscribe()
         assert seen == []
+
+
+class TestSharedHub:
+    async def test_adapters_without_a_hub_do_not_hear_each_other(self) -> None:
+        first, second = MemoryNotifyAdapter(), MemoryNotifyAdapter()
+        seen: list[str] = []
+        await second.listen_job_scheduled(["a"], seen.append)
+        await first.publish_job_scheduled("a")
+        await first.provide_wake_hint("a", 1)
+        assert seen == []
+        assert [await second.consume_wake_hint("a") for _ in range(2)] == [True, True]
+        assert first.hub is not second.hub
+
+    async def test_a_publish_reaches_every_adapter_of_the_hub_during_the_call(self) -> None:
+        hub = MemoryNotifyHub()
+        first, second = MemoryNotifyAdapter(hub=hub), MemoryNotifyAdapter(hub=hub)
+        here: list[str] = []
+        there: list[str] = []
+        await first.listen_chain_completed("c", here.append)
+        await second.listen_chain_completed("c", there.append)
+        await second.listen_chain_completed("c", there.append)
+        await first.publish_chain_completed("c")
+        assert (here, there) == (["c"], ["c", "c"])  # once per listener, never per adapter twice
+
+    async def test_one_hub_subscription_per_key_and_adapter(self) -> None:
+        hub = MemoryNotifyHub()
+        adapter = MemoryNotifyAdapter(hub=hub)
+        first = await adapter.listen_job_scheduled(["a"], lambda _: None)
+        second = await adapter.listen_job_scheduled(["a", "b"], lambda _: None)
+        assert hub._subscribers["job_scheduled"] == {"a": {adapter: None}, "b": {adapter: None}}
+        await first()
+        assert set(hub._subscribers["job_scheduled"]) == {"a", "b"}
+        await second()
+        assert hub._subscribers["job_scheduled"] == {}
+
+    async def test_budgets_are_shared_and_outlive_the_adapter_that_provided_them(self) -> None:
+        hub = MemoryNotifyHub()
+        first, second = MemoryNotifyAdapter(hub=hub), MemoryNotifyAdapter(hub=hub)
+        await first.provide_wake_hint("a", 2)
+        assert await second.consume_wake_hint("a") is True
+        await first.close()
+        assert [await second.consume_wake_hint("a") for _ in range(2)] == [True, False]
+
+    async def test_a_closed_adapter_leaves_the_hub(self) -> None:
+        hub = MemoryNotifyHub()
+        first, second = MemoryNotifyAdapter(hub=hub), MemoryNotifyAdapter(hub=hub)
+        seen: list[str] = []
+        await first.listen_job_ownership_lost("j", seen.append)
+        await first.close()
+        await second.publish_job_ownership_lost("j")
+        assert seen == []
+        assert hub._subscribers["job_ownership_lost"] == {}
+
+    def test_hub_must_be_a_hub(self) -> None:
+        with pytest.raises(InvalidArgumentError, match="MemoryNotifyHub"):
+            MemoryNotifyAdapter(hub=object())  # type: ignore[arg-type]  # bad on purpose
+
+
+class TestInterrupt:
+    async def test_an_interrupted_adapter_subscribes_again_at_once(self) -> None:
+        hub = MemoryNotifyHub()
+        first, second = MemoryNotifyAdapter(hub=hub), MemoryNotifyAdapter(hub=hub)
+        seen: list[str] = []
+        await first.listen_job_scheduled(["a"], seen.append)
+        await first.listen_chain_completed("c", seen.append)
+        hub.interrupt(first)
+        await second.publish_job_scheduled("a")
+        await second.publish_chain_completed("c")
+        assert seen == ["a", "c"]
+
+    async def test_the_hub_drops_only_the_interrupted_adapters_subscriptions(self) -> None:
+        class NeverResubscribes(MemoryNotifyAdapter):
+            def _connection_lost(self) -> None:
+                pass
+
+        hub = MemoryNotifyHub()
+        dropped, kept = NeverResubscribes(hub=hub), MemoryNotifyAdapter(hub=hub)
+        lost: list[str] = []
+        heard: list[str] = []
+        await dropped.listen_job_scheduled(["a"], lost.append)
+        await kept.listen_job_scheduled(["a"], heard.append)
+        await dropped.provide_wake_hint("a", 1)
+        hub.interrupt(dropped)
+        await kept.publish_job_scheduled("a")
+        assert (lost, heard) == ([], ["a"])
+        assert [await kept.consume_wake_hint("a") for _ in range(2)] == [True, False]  # budget kept
+
+    async def test_interrupting_a_closed_adapter_changes_nothing(self) -> None:
+        hub = MemoryNotifyHub()
+        adapter = MemoryNotifyAdapter(hub=hub)
+        await adapter.listen_job_scheduled(["a"], lambda _: None)
+        await adapter.close()
+        hub.interrupt(adapter)
+        assert hub._subscribers["job_scheduled"] == {}
