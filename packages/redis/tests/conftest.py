@@ -137,3 +137,19 @@ def private_redis(tmp_path: Path) -> Iterator[PrivateRedis]:
         if server.process is not None:
             server.resume()
         server.kill()
+
+
+async def kill_clients(url: str, *, name_prefix: str) -> int:
+    """``CLIENT KILL`` every connection whose client name starts with ``name_prefix``, from the
+    server side (Redis itself stays up); returns how many were killed."""
+    from redis.asyncio import Redis
+
+    admin = Redis.from_url(url)
+    try:
+        clients = await admin.client_list()
+        ids = [client["id"] for client in clients if str(client.get("name", "")).startswith(name_prefix)]
+        for client_id in ids:
+            await admin.client_kill_filter(_id=client_id)
+        return len(ids)
+    finally:
+        await admin.aclose()
