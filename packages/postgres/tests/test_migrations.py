@@ -120,6 +120,62 @@ async def test_a_schema_from_earlier_migrations_upgrades_and_keeps_its_jobs(
     assert ledger(postgres_url, schema_name) == migration_names()
 
 
+async def test_deduplicated_chains_of_a_schema_before_0004_are_still_found_after_the_upgrade(
+    postgres_url: str, schema_name: str
+) -> None:
+    # Chains started (with keys) by a version without the deduplication lock table: their keys
+    # have no lock rows, and the first locked start of each key must still find them.
+    earlier = [name for name in migration_names() if name < "0004"]
+    old = NewJob(
+        id=new_id(),
+        type_name="t",
+        chain_type_name="t",
+        chain_id=None,
+        chain_index=0,
+        input={"old": True},
+        deduplication=Deduplication(key="report-7"),
+    )
+    queries = Queries(schema_name, "jobchain_")
+    with psycopg.connect(conninfo(postgres_url), autocommit=True) as connection:
+        connection.execute(queries.migration_bootstrap)
+        for name in earlier:
+            connection.execute(migration(name, schema_name, "jobchain_"))
+            connection.execute(queries.migration_record, {"name": name})
+        # The 0003-era statement: jobs_create as it was, without taking any lock row.
+        connection.execute(
+            sql.SQL(
+                "INSERT INTO {} (id, chain_id, type_name, chain_type_name, chain_index, status, input,"
+                " created_at, scheduled_at, deduplication_key)"
+                " VALUES (%(id)s, %(id)s, 't', 't', 0, 'pending', '{{\"old\": true}}', %(at)s, %(at)s, 'report-7')"
+            ).format(sql.Identifier(schema_name, "jobchain_job")),
+            {"id": old.id, "at": NOW},
+        )
+    adapter = await PostgresStateAdapter.open(postgres_url, StateOptions(schema=schema_name, pool_min_size=0))
+    try:
+        await adapter.migrate()
+        again = NewJob(**{**_fields(old), "id": new_id(), "input": {"old": False}})
+        async with adapter.transaction() as tx:
+            [created] = await tx.jobs_create(JobsCreate(jobs=[again], now=NOW + timedelta(seconds=1)))
+        async with adapter.transaction(read_only=True) as tx:
+            roots = (await tx.jobs_list(JobsList())).items
+            cursor = await tx.connection.execute(
+                sql.SQL("SELECT chain_type_name, deduplication_key FROM {}").format(
+                    sql.Identifier(schema_name, "jobchain_deduplication_lock")
+                )
+            )
+            locks = await cursor.fetchall()
+    finally:
+        await adapter.close()
+    assert (created.deduplicated, created.job.id, created.job.input) == (True, old.id, {"old": True})
+    assert [job.id for job in roots] == [old.id]
+    assert locks == [("t", "report-7")]
+    assert ledger(postgres_url, schema_name) == migration_names()
+
+
+def _fields(job: NewJob) -> dict[str, Any]:
+    return {name: getattr(job, name) for name in NewJob.__dataclass_fields__}
+
+
 # ---------------------------------------------------------------- schema.sql == migrations
 
 _CATALOG = """

@@ -47,6 +47,7 @@ from jobchain_conformance.suites.state_chains import (
     JobGetTests,
     JobsCreateBlockersTests,
 )
+from jobchain_conformance.suites.state_concurrent_dedup import ConcurrentDeduplicationTests
 from jobchain_conformance.suites.state_concurrent_unblock import ConcurrentUnblockTests
 from jobchain_conformance.suites.state_create import JobsCreateDeduplicationTests, JobsCreateTests
 from jobchain_conformance.suites.state_delete import ChainsDeleteTests
@@ -70,6 +71,7 @@ from jobchain_conformance.suites.state_trigger import JobsTriggerTests
 class StateAdapterSuite(
     JobsCreateTests,
     JobsCreateDeduplicationTests,
+    ConcurrentDeduplicationTests,
     JobsCreateBlockersTests,
     ChainGetTests,
     JobGetTests,

@@ -22,7 +22,7 @@ MAX_IDENTIFIER = 63
 
 _NAME = re.compile(r"[A-Za-z0-9_]+")
 
-QUALIFIED: Final = ("job", "job_blocker", "migration", "job_status")
+QUALIFIED: Final = ("job", "job_blocker", "migration", "job_status", "deduplication_lock")
 """Objects named ``{schema}.{prefix}{name}``."""
 
 INDEXES: Final = (

@@ -93,6 +93,20 @@ def _plain_root(job: NewJob) -> bool:
     return job.chain_id is None and job.deduplication is None and not job.blocker_chain_ids
 
 
+def _deduplication_keys(jobs: Sequence[NewJob], now: datetime | None) -> dict[str, Any] | None:
+    """Parameters of ``jobs_deduplication_lock`` for the batch's deduplicating starts, or None."""
+    pairs = sorted(
+        {
+            (job.chain_type_name, job.deduplication.key)
+            for job in jobs
+            if job.chain_id is None and job.deduplication
+        }
+    )
+    if not pairs:
+        return None
+    return {"chain_type_names": [p[0] for p in pairs], "keys": [p[1] for p in pairs], "now": now}
+
+
 def _unique(values: Sequence[str]) -> list[str]:
     return list(dict.fromkeys(values))
 
@@ -170,13 +184,19 @@ class PostgresStateTx(ListingsMixin):
             return _shape_of(query, cursor), rows
 
     async def _rows_after_lock(
-        self, lock: bytes, lock_params: Mapping[str, Any], query: bytes, params: Mapping[str, Any]
+        self,
+        lock: bytes,
+        lock_params: Mapping[str, Any],
+        query: bytes,
+        params: Mapping[str, Any],
+        *,
+        ids: Sequence[str] = (),
     ) -> tuple[Shape, list[Row]]:
         """``lock`` then ``query`` in one pipeline: one round trip and one transaction (in
         autocommit too: one Sync ends both), with ``query``'s snapshot taken after ``lock``'s
         row locks were granted."""
         self._check(write=True)
-        with translated():
+        with translated(ids=ids):
             async with self._conn.pipeline():
                 await self._conn.cursor().execute(lock, lock_params, prepare=self._prepare)
                 cursor = self._conn.cursor()
@@ -244,10 +264,19 @@ class PostgresStateTx(ListingsMixin):
 
     async def _jobs_create(self, params: JobsCreate) -> list[JobCreated]:
         document = new_jobs_document(params.jobs)
-        query_params = {"now": _check_now(params.now), "jobs": document}
+        now = _check_now(params.now)
+        query_params = {"now": now, "jobs": document}
         ids = [job.id for job in params.jobs]
-        for _ in range(_STALE_RUNS):
-            shape, rows = await self._rows(self._q.jobs_create, query_params, write=True, ids=ids)
+        keys = _deduplication_keys(params.jobs, now)
+        for run in range(_STALE_RUNS):
+            if run == 0 and keys is not None:
+                # Locks first, then the decision with a snapshot taken after them: a start of
+                # the same key in another open transaction is waited for, then seen.
+                shape, rows = await self._rows_after_lock(
+                    self._q.jobs_deduplication_lock, keys, self._q.jobs_create, query_params, ids=ids
+                )
+            else:
+                shape, rows = await self._rows(self._q.jobs_create, query_params, write=True, ids=ids)
             problems = shape.scalar(rows[0], "_problems") if rows else None
             # A blocker's last job was completed under the statement (it waited for that
             # completion): decide again with a fresh snapshot. Each run keeps its locks, so a

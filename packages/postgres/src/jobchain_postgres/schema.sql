@@ -58,6 +58,15 @@ CREATE TABLE {job_blocker} (
     PRIMARY KEY (job_id, blocked_by_chain_id)
 ) WITH (autovacuum_vacuum_cost_delay = 0);
 
+-- One row per (chain type, deduplication key) ever started: every deduplicating start locks it
+-- (updates last_started_at) before deciding, so concurrent starts of one key wait for each other.
+CREATE TABLE {deduplication_lock} (
+    chain_type_name   text NOT NULL,
+    deduplication_key text NOT NULL,
+    last_started_at   timestamptz NOT NULL,
+    PRIMARY KEY (chain_type_name, deduplication_key)
+) WITH (fillfactor = 50, autovacuum_vacuum_cost_delay = 0);
+
 -- jobs_acquire, job_next_available: pending jobs per type in claim order (no sort, stops at the limit).
 CREATE INDEX {job_acquisition_idx} ON {job} (type_name, scheduled_at, created_at, id)
     WHERE status = 'pending';
