@@ -3,7 +3,12 @@
 A running blocker's row changes all the time (lease renewals, claims). Only a *completion* that
 commits under the creating statement can hide a continuation from the statement's snapshot: that
 one must make the adapter decide again; plain updates must neither fail the creation nor cost a
-second statement.
+second statement. The other way round, a dependent committed while a completion runs must be
+released by it, and two completions of a job's last blockers must release it once, in both
+claim modes.
+
+Races are held open, never widened by CPU time: a transaction the test keeps open, or an advisory
+lock the test holds, with pg_stat_activity telling when a backend waits for it.
 """
 
 from __future__ import annotations
@@ -11,6 +16,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import suppress
+from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
 
@@ -18,10 +24,24 @@ import psycopg
 import pytest
 from psycopg import sql
 
-from jobchain.contracts import JobComplete, JobGet, JobRenewLease, JobsAcquire, JobsCreate, NewJob
+from jobchain.contracts import (
+    Capability,
+    JobComplete,
+    JobCompleted,
+    JobCreated,
+    JobGet,
+    JobRenewLease,
+    JobsAcquire,
+    JobsCreate,
+    NewJob,
+    StateAdapter,
+)
 from jobchain.entities import new_id
+from jobchain_conformance.suites._base import StateSuiteBase
+from jobchain_conformance.suites.state_concurrent_unblock import ConcurrentUnblockTests
 from jobchain_postgres import PostgresStateAdapter, StateOptions
 from jobchain_postgres._tx import PostgresStateTx
+from jobchain_postgres.queries import Queries
 
 from .conftest import conninfo, open_state
 from .test_statements import CountingCursor
@@ -209,67 +229,123 @@ async def test_dependents_of_a_constantly_updated_blocker_are_all_created_and_re
     assert sorted(job.id for job in acquired.jobs) == sorted(created)
 
 
-async def wait_for_xmin(probe: psycopg.AsyncConnection[Any], pid: int, reached: Callable[..., bool]) -> bool:
-    """Until the snapshot xmin of backend ``pid`` satisfies ``reached`` (False after 3 s)."""
-    query = "SELECT backend_xmin::text::bigint FROM pg_stat_activity WHERE pid = %s"
-    with suppress(TimeoutError):
-        async with asyncio.timeout(3):
-            while True:
-                row = await (await probe.execute(query, (pid,))).fetchone()
-                if row is not None and row[0] is not None and reached(row[0]):
-                    return True
-                await asyncio.sleep(0.001)
-    return False
+DEADLINE = 30.0
+"""Seconds after which a step that must happen is declared lost: a failure deadline only."""
 
 
-async def test_a_dependent_committed_while_a_completion_statement_runs_is_released_by_it(
-    creator: Creator, other: PostgresStateAdapter, postgres_url: str
+async def wait_for_wait_event(
+    probe: psycopg.AsyncConnection[Any], pid: int, event: str | None = None
 ) -> None:
-    """The completing statement takes its snapshot, then a job blocked by the completing chain is
-    created and committed, and only then does the statement lock the blocker's row. Deciding
-    from that snapshot alone would leave the dependent blocked by a completed chain forever.
+    """Until backend ``pid`` waits for a heavyweight lock (of kind ``event``, when given)."""
+    query = "SELECT wait_event_type, wait_event FROM pg_stat_activity WHERE pid = %s"
+    async with asyncio.timeout(DEADLINE):
+        while True:
+            row = await (await probe.execute(query, (pid,))).fetchone()
+            if row is not None and row[0] == "Lock" and event in (None, row[1]):
+                return
+            await asyncio.sleep(0.005)  # polling a condition: how long it takes changes nothing
 
-    The window is made wide and found on purpose: many unknown ids in the group keep the
-    statement busy before its lock, and its snapshot is recognised by its xmin, which a
-    transaction held open while the parameters are read pins below the one taken afterwards.
-    Another test's long transaction can hide that change: the scenario is then run again."""
-    for _ in range(5):
-        blocker = await start_running(creator.adapter)
-        decoys = [JobComplete(job_id=new_id(), worker_id="w") for _ in range(300_000)]
-        group = [*decoys, JobComplete(job_id=blocker, worker_id="w")]
-        async with (
-            await psycopg.AsyncConnection.connect(conninfo(postgres_url), autocommit=True) as probe,
-            await psycopg.AsyncConnection.connect(conninfo(postgres_url)) as pin,
-        ):
-            row = await (await pin.execute("SELECT txid_current() % 4294967296")).fetchone()
-            assert row is not None
-            pinned = int(row[0])
 
-            async def complete(group: list[JobComplete] = group) -> list[object]:
-                async with creator.adapter.transaction() as tx:
-                    assert isinstance(tx, PostgresStateTx)
-                    return list(await tx.jobs_complete(group))
+async def done_or_waiting(probe: psycopg.AsyncConnection[Any], task: asyncio.Task[Any], pid: int) -> None:
+    """Until ``task`` is done or its backend ``pid`` waits for a lock."""
+    waiting = asyncio.create_task(wait_for_wait_event(probe, pid))
+    try:
+        await asyncio.wait({task, waiting}, return_when=asyncio.FIRST_COMPLETED, timeout=DEADLINE)
+    finally:
+        waiting.cancel()
+        with suppress(asyncio.CancelledError, TimeoutError):
+            await waiting
 
-            completing = asyncio.create_task(complete())
-            # Binding: the parameters are read under a snapshot the pin holds back.
-            binding = await wait_for_xmin(probe, creator.pid, lambda xmin, pinned=pinned: xmin <= pinned)
-            await pin.commit()
-            # Executing: the statement's own snapshot, taken after the pin was released.
-            executing = binding and await wait_for_xmin(
-                probe, creator.pid, lambda xmin, pinned=pinned: xmin > pinned
-            )
+
+GATE = b"FOR UPDATE SKIP LOCKED"
+"""Where a completion first locks rows: in jobs_lock, and in the deciding statements themselves."""
+
+
+@dataclass(frozen=True, slots=True)
+class GatedQueries(Queries):
+    """The adapter's statements, with a wait on advisory lock ``key`` just before a completion's
+    first row lock: the statement has taken its snapshot and holds no row yet. A test-only hook
+    set on one transaction; every other statement is the adapter's own."""
+
+    key: int = 0
+
+    def __getattr__(self, name: str) -> bytes:
+        statement = Queries.__getattr__(self, name)
+        if name not in ("jobs_lock", "job_complete", "jobs_complete"):
+            return statement
+        assert GATE in statement, f"{name} no longer locks with {GATE!r}: move the gate"
+        gate = f"AND (SELECT pg_advisory_xact_lock_shared({self.key:d})::text IS NOT NULL) "
+        return statement.replace(GATE, gate.encode() + GATE, 1)
+
+
+@pytest.mark.parametrize("group", [False, True], ids=["job_complete", "jobs_complete"])
+async def test_a_dependent_committed_while_a_completion_statement_runs_is_released_by_it(
+    creator: Creator, other: PostgresStateAdapter, postgres_url: str, group: bool
+) -> None:
+    """The completion takes its snapshot, then a job blocked by the completing chain is created
+    and committed, and only then does the completion lock the blocker's row. Deciding from that
+    snapshot alone (as one statement locking inside itself did) leaves the dependent blocked by
+    a completed chain forever.
+
+    The window is held open, not widened: the completion waits on an advisory lock this test
+    holds, placed just before its first row lock (GatedQueries), and pg_stat_activity shows when
+    it waits there and when the creation is done or waiting."""
+    blocker = await start_running(creator.adapter)
+    key = int(new_id().replace("-", "")[-15:], 16)  # this test's own advisory lock
+    async with await psycopg.AsyncConnection.connect(conninfo(postgres_url), autocommit=True) as probe:
+        await probe.execute("SELECT pg_advisory_lock(%s)", (key,))
+
+        async def complete() -> object:
+            async with creator.adapter.transaction() as tx:
+                assert isinstance(tx, PostgresStateTx)
+                tx._q = GatedQueries(tx._q.schema, tx._q.prefix, key)  # the test-only gate
+                item = JobComplete(job_id=blocker, worker_id="w")
+                if group:
+                    unknown = JobComplete(job_id=new_id(), worker_id="w")
+                    return (await tx.jobs_complete([unknown, item]))[-1]
+                return await tx.job_complete(item)
+
+        async def create(job: NewJob, pid: asyncio.Future[int]) -> JobCreated:
+            async with other.transaction() as tx:
+                assert isinstance(tx, PostgresStateTx)
+                pid.set_result(tx.connection.info.backend_pid)
+                [created] = await tx.jobs_create(JobsCreate(jobs=[job]))
+            return created
+
+        completing = asyncio.create_task(complete())
+        try:
+            # Waiting at the gate: the completion's snapshot is taken and no row is locked yet.
+            await wait_for_wait_event(probe, creator.pid, "advisory")
             dependent = dependent_of(blocker)
-            if executing:
-                async with other.transaction() as tx:
-                    [created] = await tx.jobs_create(JobsCreate(jobs=[dependent]))
-            results = await completing
-        if executing:
-            break
-    else:
-        pytest.fail("never saw the completing statement's snapshot taken; the window was not hit")
+            pid: asyncio.Future[int] = asyncio.get_running_loop().create_future()
+            creating = asyncio.create_task(create(dependent, pid))
+            await done_or_waiting(probe, creating, await asyncio.wait_for(pid, DEADLINE))
+            creation_first = creating.done()
+        finally:
+            await probe.execute("SELECT pg_advisory_unlock(%s)", (key,))
+        result = await asyncio.wait_for(completing, DEADLINE)
+        created = await asyncio.wait_for(creating, DEADLINE)
+    assert creation_first, "the creation waited for the completion: the gate was not before its row lock"
     assert created.job.status == "blocked", "the creation must commit before the completion does"
-    assert type(results[-1]).__name__ == "JobCompleted"
+    assert isinstance(result, JobCompleted), result
+    assert result.chain_completed
     async with other.transaction(read_only=True) as tx:
         stored = await tx.job_get(JobGet(job_id=dependent.id))
     assert stored is not None
     assert stored.status == "pending", "the dependent stayed blocked by a completed chain"
+    assert [job.id for job in result.unblocked_jobs] == [dependent.id]
+
+
+class TestConcurrentUnblockAtomicClaim(ConcurrentUnblockTests, StateSuiteBase):
+    """The conformance cases of concurrent unblocking in the atomic-update claim mode as well.
+
+    That mode does not declare CONCURRENT_TRANSACTIONS because its claims wait for open writers
+    (test_conformance.py skips these cases there); these cases claim nothing while their two
+    transactions are open, and completions are the same statements in both modes."""
+
+    @pytest.fixture
+    async def state_adapter(self, postgres_url: str, schema_name: str) -> AsyncIterator[StateAdapter]:
+        adapter = await open_state(postgres_url, schema_name, "atomic-update")
+        adapter.capabilities = adapter.capabilities | {Capability.CONCURRENT_TRANSACTIONS}
+        yield adapter
+        await adapter.close()
