@@ -25,6 +25,7 @@ import pytest
 
 from jobchain.contracts import BlockedJobsList, JobReschedule, MAX_PAGE_SIZE
 from jobchain.entities import Deduplication, JobStatus, Schedule
+from jobchain.memory import _writes
 from jobchain.memory.notify import MemoryNotifyAdapter
 from jobchain.memory.state import MemoryStateAdapter
 from hypothesis import Phase, settings
@@ -129,6 +130,19 @@ class EagerUnblockTx(WrappedTx):
         return result
 
 
+class NoDedupWaitTx(WrappedTx):
+    """Bug (e): a deduplicating start decides without waiting for an uncommitted start of its
+    key in another transaction (what PostgreSQL did before its lock rows): both create a chain."""
+
+    async def jobs_create(self, params):
+        original = _writes.Ctx.await_uncommitted_insert
+        _writes.Ctx.await_uncommitted_insert = lambda ctx, job_id: None
+        try:
+            return await self._inner.jobs_create(params)
+        finally:
+            _writes.Ctx.await_uncommitted_insert = original
+
+
 class LeakyUnsubscribeNotify(MemoryNotifyAdapter):
     """Bug (d): unsubscribe returns but the listener stays subscribed."""
 
@@ -165,7 +179,8 @@ def state_suite(tx_class):
         @pytest.fixture
         def model_settings(self):
             # Only whether the model fails matters here; shrinking a failure can take minutes.
-            return settings(MODEL_SETTINGS, phases=[Phase.generate])
+            # Derandomized: whether a random exploration meets a bug must not vary between runs.
+            return settings(MODEL_SETTINGS, phases=[Phase.generate], derandomize=True)
 
     return Suite
 
@@ -174,6 +189,7 @@ TestCorrectState = state_suite(WrappedTx)
 TestDoubleDispatch = state_suite(DoubleDispatchTx)
 TestScopeBlindDedup = state_suite(ScopeBlindDedupTx)
 TestEagerUnblock = state_suite(EagerUnblockTx)
+TestNoDedupWait = state_suite(NoDedupWaitTx)
 
 
 class OnOneHub:
@@ -219,6 +235,12 @@ MUST_FAIL = {
     "TestEagerUnblock": [
         "test_dependent_stays_blocked_while_another_blocker_is_incomplete",
     ],
+    "TestNoDedupWait": [
+        "test_second_start_waits_and_returns_the_first_chain_once_it_commits",
+        "test_second_start_creates_its_own_chain_when_the_first_rolls_back",
+        "test_second_start_of_a_key_whose_earlier_chain_completed_waits_too",
+        "test_batches_sharing_keys_in_another_order_collapse_without_deadlock",
+    ],
     "TestLeakyUnsubscribe": [
         "test_unsubscribe_stops_job_scheduled_notifications",
         "test_unsubscribe_stops_chain_completed_notifications",
@@ -231,6 +253,7 @@ CONTROL = {
     "TestDoubleDispatch": "TestCorrectState",
     "TestScopeBlindDedup": "TestCorrectState",
     "TestEagerUnblock": "TestCorrectState",
+    "TestNoDedupWait": "TestCorrectState",
     "TestLeakyUnsubscribe": "TestCorrectNotify",
 }
 
@@ -255,6 +278,9 @@ def outcomes(tmp_path_factory: pytest.TempPathFactory) -> dict[tuple[str, str], 
     recorder = _Recorder()
     args = [
         "-q",
+        # Only outcomes matter here; formatting ~100 expected failures also costs time, and on
+        # CPython 3.11.7 it can trip "AST constructor recursion depth mismatch" (gh-106905).
+        "--tb=no",
         "-p",
         "no:cacheprovider",
         # Its gc.collect() after every case makes ~1000 cases in one process take minutes.
