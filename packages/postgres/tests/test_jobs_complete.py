@@ -18,6 +18,8 @@ from jobchain.entities import JobStatus, new_id
 from jobchain.errors import JobAlreadyCompletedError, JobNotFoundError, JobTakenByAnotherWorkerError
 from jobchain_postgres import PostgresStateAdapter
 
+from .test_statements import until_lock_wait
+
 LEASE = timedelta(seconds=30)
 
 
@@ -74,7 +76,9 @@ async def test_each_completion_is_decided_on_its_own_in_one_call(pg_state: Postg
     assert released.status is JobStatus.PENDING
 
 
-async def test_a_job_held_by_another_transaction_takes_the_slow_path(pg_state: PostgresStateAdapter) -> None:
+async def test_a_job_held_by_another_transaction_takes_the_slow_path(
+    pg_state: PostgresStateAdapter, postgres_url: str
+) -> None:
     held, free = _new("t"), _new("t")
     async with pg_state.transaction() as tx:
         await tx.jobs_create(JobsCreate(jobs=[held, free]))
@@ -91,8 +95,11 @@ async def test_a_job_held_by_another_transaction_takes_the_slow_path(pg_state: P
     holder = asyncio.create_task(hold())
     await locked.wait()
 
+    pid: asyncio.Future[int] = asyncio.get_running_loop().create_future()
+
     async def complete_both() -> list[JobCompleted | Exception]:
         async with pg_state.transaction() as tx:
+            pid.set_result(tx.connection.info.backend_pid)
             return list(
                 await tx.jobs_complete(
                     [JobComplete(job_id=free.id, worker_id="w"), JobComplete(job_id=held.id, worker_id="w")]
@@ -100,8 +107,8 @@ async def test_a_job_held_by_another_transaction_takes_the_slow_path(pg_state: P
             )
 
     completing = asyncio.create_task(complete_both())
-    await asyncio.sleep(0.2)
-    assert not completing.done()  # waits for the holder, as job_complete does
+    # Waits for the holder, as job_complete does.
+    await until_lock_wait(postgres_url, await pid, completing, "jobs_complete did not wait for the held row")
     release.set()
     await holder
     results = await completing

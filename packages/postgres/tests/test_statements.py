@@ -92,6 +92,25 @@ async def statements(
     return [s.decode().splitlines()[0] for s in sent]
 
 
+async def until_lock_wait(postgres_url: str, pid: int, task: asyncio.Task[Any], what: str) -> None:
+    """Until backend ``pid`` waits for a lock (pg_stat_activity); ``task`` ending first fails: ``what``."""
+    query = "SELECT wait_event_type FROM pg_stat_activity WHERE pid = %s"
+    async with await psycopg.AsyncConnection.connect(conninfo(postgres_url), autocommit=True) as probe:
+        async with asyncio.timeout(30):
+            while not task.done():
+                row = await (await probe.execute(query, (pid,))).fetchone()
+                if row is not None and row[0] == "Lock":
+                    return
+                await asyncio.sleep(0.005)  # polling a condition: how long it takes changes nothing
+    task.result()  # its own error, if it failed
+    pytest.fail(what)
+
+
+async def backend_pid(adapter: PostgresStateAdapter) -> int:
+    async with adapter.transaction(read_only=True) as tx:
+        return tx.connection.info.backend_pid
+
+
 def round_trips(sent: list[str]) -> list[list[str]]:
     """The statements of the last ``statements`` call grouped by round trip: a pipeline is one."""
     trips: list[list[str]] = []
@@ -190,6 +209,7 @@ async def test_completion_waits_and_retries_only_when_another_transaction_holds_
     job = new()
     async with adapter.transaction() as tx:
         await tx.jobs_create(JobsCreate(jobs=[job], now=NOW))
+    pid = await backend_pid(adapter)
     other = await PostgresStateAdapter.open(postgres_url, StateOptions(schema=schema_name, pool_min_size=0))
     try:
         async with other.transaction() as holder:
@@ -199,8 +219,7 @@ async def test_completion_waits_and_retries_only_when_another_transaction_holds_
                 await tx.job_complete(JobComplete(job_id=job.id, now=NOW))
 
             waiting = asyncio.create_task(statements(adapter, complete))
-            done, _ = await asyncio.wait({waiting}, timeout=0.2)
-            assert not done, "job_complete did not wait for the row lock"
+            await until_lock_wait(postgres_url, pid, waiting, "job_complete did not wait for the row lock")
         sent = await asyncio.wait_for(waiting, 10)
     finally:
         await other.close()
@@ -224,6 +243,7 @@ async def test_a_start_waiting_for_a_blocker_that_continues_sees_the_continuatio
     head = new("head")
     async with adapter.transaction() as tx:
         await tx.jobs_create(JobsCreate(jobs=[head], now=NOW))
+    pid = await backend_pid(adapter)
     other = await PostgresStateAdapter.open(postgres_url, StateOptions(schema=schema_name, pool_min_size=0))
     dependent = new("join", blocker_chain_ids=[head.id])
     created: list[Any] = []
@@ -241,8 +261,9 @@ async def test_a_start_waiting_for_a_blocker_that_continues_sees_the_continuatio
             completed = await worker.job_complete(JobComplete(job_id=head.id, now=NOW))
             assert completed.chain_completed is False
             waiting = asyncio.create_task(statements(adapter, start_dependent))
-            done, _ = await asyncio.wait({waiting}, timeout=0.2)
-            assert not done, "the start did not wait for the completion in flight"
+            await until_lock_wait(
+                postgres_url, pid, waiting, "the start did not wait for the completion in flight"
+            )
         sent = await asyncio.wait_for(waiting, 10)
     finally:
         await other.close()
