@@ -25,6 +25,7 @@ from jobchain.completion import (
 from jobchain.contracts.notify import AnnouncesWithinState, NotifyAdapter
 from jobchain.contracts.observe import Observer
 from jobchain.contracts.state import (
+    MAX_PAGE_SIZE,
     ChainGet,
     ChainsDelete,
     ChainsList,
@@ -320,8 +321,13 @@ class Client(ClientQueries):
         unique = list(dict.fromkeys(chain_ids))
         if not unique:
             return {}
-        page = await tx.state.chains_list(ChainsList(chain_ids=unique, limit=len(unique)))
-        return {chain.id: chain for chain in page.items}
+        found: dict[str, Chain] = {}
+        # One read per page: a batch may deduplicate onto more chains than a page holds.
+        for offset in range(0, len(unique), MAX_PAGE_SIZE):
+            ids = unique[offset : offset + MAX_PAGE_SIZE]
+            page = await tx.state.chains_list(ChainsList(chain_ids=ids, limit=len(ids)))
+            found.update((chain.id, chain) for chain in page.items)
+        return found
 
     # ------------------------------------------------------------ workerless completion
 

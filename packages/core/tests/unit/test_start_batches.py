@@ -23,6 +23,7 @@ import pytest
 from jobchain import (
     ChainStart,
     Client,
+    Deduplication,
     InvalidArgumentError,
     JobStatus,
     JobTypes,
@@ -77,6 +78,23 @@ async def _count_jobs(client: Client) -> int:
 
 
 class TestResults:
+    async def test_a_batch_deduplicating_onto_more_chains_than_a_page_answers_every_item(
+        self, client: Client
+    ) -> None:
+        # The deduplicated items' chains are read back by id; 501 of them exceed one page (500).
+        keys = [f"k{i}" for i in range(501)]
+        async with client.transaction() as tx:
+            first = await client.start_chains(
+                tx, [cs(job_type=ping, input=None, deduplication=Deduplication(key=k)) for k in keys]
+            )
+        async with client.transaction() as tx:
+            again = await client.start_chains(
+                tx, [cs(job_type=ping, input=None, deduplication=Deduplication(key=k)) for k in keys]
+            )
+        assert all(s.deduplicated for s in again)
+        assert [s.id for s in again] == [s.id for s in first]
+        assert [s.chain for s in again] == [s.chain for s in first]
+
     async def test_a_mixed_batch_keeps_input_order_and_each_items_values(self, client: Client) -> None:
         explicit = "01890a5d-ac96-774b-bcce-b302099a8057"
         starts: list[ChainStart[Any]] = [
