@@ -102,10 +102,12 @@ MUST_FAIL = {
         "test_a_wake_up_after_reconnecting_reaches_a_listener_registered_before_exactly_once",
         "test_publishing_reaches_other_adapters_again_after_an_interruption",
         "test_a_listener_added_after_an_interruption_hears_once_reconnected",
+        "test_an_unsubscribe_during_an_interruption_holds_after_reconnecting",
     ],
     "TestNoResubscribe": [
         "test_listeners_hear_again_after_an_interruption",
         "test_a_wake_up_after_reconnecting_reaches_a_listener_registered_before_exactly_once",
+        "test_an_unsubscribe_during_an_interruption_holds_after_reconnecting",
     ],
 }
 CONTROL = {"TestPrivateBroker": "TestCorrectNotify", "TestNoResubscribe": "TestCorrectNotify"}

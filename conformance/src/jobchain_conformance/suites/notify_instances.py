@@ -16,12 +16,15 @@ from __future__ import annotations
 
 import asyncio
 import functools
+import gc
 import uuid
 from collections.abc import Awaitable, Callable
+from typing import Any
 
 import pytest
 
 from jobchain.contracts import Capability, NotifyAdapter
+from jobchain.errors import AdapterClosedError
 from jobchain.transactions import TransactionHooks
 from jobchain_conformance.capabilities import requires
 from jobchain_conformance.suites._base import InterruptConnection, NotifyAdapterFactory
@@ -352,3 +355,59 @@ class InterruptedConnectionTests:
             if loop.time() > deadline:
                 pytest.fail(f"wake hints were not tracked again within {RECONNECT_TIMEOUT} s")
             await asyncio.sleep(POLL_INTERVAL)  # pacing only: fail-open answers may never yield
+
+    async def test_an_unsubscribe_during_an_interruption_holds_after_reconnecting(
+        self,
+        notify_adapter: NotifyAdapter,
+        second_notify_adapter: NotifyAdapter,
+        interrupt_connection: InterruptConnection | None,
+    ) -> None:
+        # An adapter that replays its registrations on reconnect must not bring back a
+        # listener that unsubscribed while the connection was down.
+        interrupt = _hook(interrupt_connection)
+        gone_key, kept_key, gone, kept = _type_name(), _type_name(), Inbox(), Inbox()
+        unsubscribe = await notify_adapter.listen_job_scheduled([gone_key], gone)
+        await notify_adapter.listen_job_scheduled([kept_key], kept)
+        await interrupt(notify_adapter)
+        await unsubscribe()
+        await until_delivered(
+            lambda: second_notify_adapter.publish_job_scheduled(kept_key),
+            kept,
+            kept_key,
+            count=1,
+            deadline=reconnect_deadline(),
+        )
+        await second_notify_adapter.publish_job_scheduled(gone_key)
+        await settle_across(notify_adapter, second_notify_adapter, JOB_SCHEDULED)
+        assert gone.received == [], "a listener that unsubscribed during the break heard again"
+
+    async def test_closing_during_an_interruption_does_not_raise_or_leave_errors_behind(
+        self, notify_adapter: NotifyAdapter, interrupt_connection: InterruptConnection | None
+    ) -> None:
+        interrupt = _hook(interrupt_connection)
+        loop = asyncio.get_running_loop()
+        unhandled: list[dict[str, Any]] = []
+        previous = loop.get_exception_handler()
+        loop.set_exception_handler(lambda _loop, context: unhandled.append(context))
+        try:
+            unsubscribes = []
+            for channel in CHANNELS:
+                key, inbox = channel.key(), Inbox()
+                unsubscribes.append(await channel.listen(notify_adapter, key, inbox))
+                await channel.publish(notify_adapter, key)
+                await inbox.wait_for(key)
+            await interrupt(notify_adapter)
+            await JOB_SCHEDULED.publish(notify_adapter, JOB_SCHEDULED.key())  # may be lost; no raise
+            try:
+                await asyncio.wait_for(notify_adapter.close(), RECONNECT_TIMEOUT)
+            except TimeoutError:
+                pytest.fail(f"close() during an interruption did not return within {RECONNECT_TIMEOUT} s")
+            for unsubscribe in unsubscribes:
+                await unsubscribe()
+            with pytest.raises(AdapterClosedError):
+                await notify_adapter.publish_job_scheduled(_type_name())
+            gc.collect()  # "exception was never retrieved" is reported when a task is collected
+            await asyncio.sleep(0)
+        finally:
+            loop.set_exception_handler(previous)
+        assert unhandled == []
