@@ -95,7 +95,10 @@ async def test_the_worker_claims_looks_ahead_and_group_completes_in_autocommit()
     state.scopes.clear()
     async with Worker(client, _processors(), concurrency=5, poll_interval=0.05):
         chains = [await client.await_chain(chain_id, timeout=10, poll_interval=0.05) for chain_id in ids]
-        await asyncio.sleep(0.2)  # the worker runs dry and looks for the next due job
+        # The worker runs dry and looks for the next due job (seen once its scope has ended).
+        async with asyncio.timeout(10):
+            while not any("job_next_available" in calls for _, calls in state.scopes):  # noqa: ASYNC110 -- recorded by the worker's task, no event to wait on
+                await asyncio.sleep(0.01)
     assert sorted(c.output for c in chains) == [2 * i for i in range(20)]
     by_operation: dict[str, set[str]] = {}
     for scope, calls in state.scopes:

@@ -8,7 +8,7 @@ uncompleted; completions that write more than themselves never join a group.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Collection
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
@@ -75,7 +75,29 @@ async def _start(client: Client, count: int) -> list[str]:
     return [s.id for s in started]
 
 
-def _processors(gate: asyncio.Event, *, raise_after: set[int] = frozenset()) -> Processors:  # type: ignore[assignment]
+class Arrivals:
+    """Counts handlers reaching a point; ``all()`` waits until ``expected`` of them have."""
+
+    def __init__(self, expected: int) -> None:
+        self.count = 0
+        self._expected = expected
+        self._all = asyncio.Event()
+
+    def arrive(self) -> None:
+        self.count += 1
+        if self.count >= self._expected:
+            self._all.set()
+
+    async def all(self) -> None:
+        await asyncio.wait_for(self._all.wait(), 10)
+
+
+def _processors(
+    gate: asyncio.Event,
+    *,
+    raise_after: Collection[int] = frozenset(),
+    at_gate: Arrivals | None = None,
+) -> Processors:
     processors = Processors()
 
     @processors.handler(item)
@@ -84,6 +106,8 @@ def _processors(gate: asyncio.Event, *, raise_after: set[int] = frozenset()) -> 
         assert completed.job.status is JobStatus.COMPLETED
         if attempt.input.n in raise_after:
             raise RuntimeError("the handler failed after complete")
+        if at_gate is not None:
+            at_gate.arrive()
         await gate.wait()
         return completed
 
@@ -95,8 +119,9 @@ async def test_completions_finishing_together_are_written_in_one_transaction() -
     client = Client(state, MemoryNotifyAdapter(), types)
     ids = await _start(client, 10)
     gate = asyncio.Event()
-    async with Worker(client, _processors(gate), concurrency=10, poll_interval=0.05):
-        await asyncio.sleep(0.2)  # every handler has called complete and waits at the gate
+    at_gate = Arrivals(10)
+    async with Worker(client, _processors(gate, at_gate=at_gate), concurrency=10, poll_interval=0.05):
+        await at_gate.all()  # every handler has called complete and waits at the gate
         assert state.completions_per_tx == []  # nothing is written before the handlers return
         gate.set()
         chains = [await client.await_chain(chain_id, timeout=10, poll_interval=0.05) for chain_id in ids]
@@ -193,12 +218,14 @@ async def test_staged_completions_join_groups_and_complete_waits_for_the_commit(
     client = Client(state, MemoryNotifyAdapter(), types)
     ids = await _start(client, 10)
     gate = asyncio.Event()
+    staged = Arrivals(10)
     seen_completed: list[bool] = []
     processors = Processors()
 
     @processors.handler(item)
     async def handle(attempt: Attempt[Item, Doubled]) -> Completed:
         await attempt.prepare("staged")
+        staged.arrive()
         await gate.wait()
         completed = await attempt.complete(Doubled(n=attempt.input.n * 2))
         # complete returned: the group holding this completion has committed.
@@ -207,7 +234,7 @@ async def test_staged_completions_join_groups_and_complete_waits_for_the_commit(
         return completed
 
     async with Worker(client, processors, concurrency=10, poll_interval=0.05):
-        await asyncio.sleep(0.2)  # every handler is staged and waits at the gate
+        await staged.all()  # every handler is staged and waits at the gate
         gate.set()
         chains = [await client.await_chain(chain_id, timeout=10, poll_interval=0.05) for chain_id in ids]
     assert sorted(c.output["n"] for c in chains) == [2 * i for i in range(10)]
@@ -275,9 +302,14 @@ async def test_a_returned_handler_frees_its_slot_while_its_completion_commits(
         return await attempt.complete(Doubled(n=attempt.input.n))
 
     async with Worker(client, processors, concurrency=2, poll_interval=0.02):
-        await asyncio.sleep(0.3)
         # Two handlers returned and wait for their commit; their slots ran two more, and with
         # four commits pending (twice the concurrency) the slots stay taken.
+        async with asyncio.timeout(10):
+            while len(ran) < 4:  # noqa: ASYNC110 -- appended by the worker's handlers, no event
+                await asyncio.sleep(0.01)
+        # A fifth would start within a poll interval or two; waiting longer only makes a
+        # regression likelier to show, a correct worker never starts one.
+        await asyncio.sleep(0.1)
         assert len(ran) == 4
         gate.set()
         chains = [await client.await_chain(chain_id, timeout=10, poll_interval=0.05) for chain_id in ids]
@@ -291,13 +323,14 @@ async def test_a_second_group_is_written_while_the_first_waits_for_its_commit(
     state = CountingState()
     client = Client(state, MemoryNotifyAdapter(), types)
     jobs = await _claimed(state, client, 3)
-    first_gate = asyncio.Event()
+    first_gate, first_writing = asyncio.Event(), asyncio.Event()
     writing: list[int] = []
     write_together = CompletionGroups._write_together
 
     async def slow_first(self: CompletionGroups, group: list[Any]) -> list[Any]:
         writing.append(len(group))
         if len(writing) == 1:
+            first_writing.set()
             await first_gate.wait()
         return await write_together(self, group)
 
@@ -305,7 +338,7 @@ async def test_a_second_group_is_written_while_the_first_waits_for_its_commit(
     groups = CompletionGroups(client, writers=2)
     now = datetime.now(UTC)
     first = asyncio.ensure_future(groups.complete(jobs[0], {"n": 0}, worker_id="w", now=now))
-    await asyncio.sleep(0.05)  # the first group is being written and waits
+    await asyncio.wait_for(first_writing.wait(), 5)  # the first group is being written and waits
     later = [
         asyncio.ensure_future(groups.complete(job, {"n": 1}, worker_id="w", now=now)) for job in jobs[1:]
     ]
@@ -318,23 +351,36 @@ async def test_a_second_group_is_written_while_the_first_waits_for_its_commit(
 
 
 class ClaimCountingState(MemoryStateAdapter):
-    """Counts jobs_acquire calls."""
+    """Counts jobs_acquire calls, and job_next_available look-ups (a worker about to go idle)."""
 
     def __init__(self) -> None:
         super().__init__()
         self.claims = 0
+        self.lookups = 0
 
     @asynccontextmanager
     async def transaction(self, *args: Any, **kwargs: Any) -> AsyncIterator[Any]:
         async with super().transaction(*args, **kwargs) as tx:
-            acquire = tx.jobs_acquire
+            acquire, look_up = tx.jobs_acquire, tx.job_next_available
 
             async def counted(params: Any) -> Any:
                 self.claims += 1
                 return await acquire(params)
 
+            async def counted_look_up(params: Any) -> Any:
+                self.lookups += 1
+                return await look_up(params)
+
             tx.jobs_acquire = counted  # type: ignore[method-assign]
+            tx.job_next_available = counted_look_up  # type: ignore[method-assign]
             yield tx
+
+    async def idle(self, lookups: int) -> None:
+        """Until the worker has looked up its next due job ``lookups`` times: it has claimed,
+        found nothing more, and waits."""
+        async with asyncio.timeout(10):
+            while self.lookups < lookups:  # noqa: ASYNC110 -- counted in the worker's task, no event
+                await asyncio.sleep(0.01)
 
 
 async def test_an_idle_worker_makes_one_wake_claim_and_one_recheck_per_job() -> None:
@@ -347,12 +393,12 @@ async def test_an_idle_worker_makes_one_wake_claim_and_one_recheck_per_job() -> 
         return await attempt.complete(Doubled(n=attempt.input.n))
 
     async with Worker(client, processors, concurrency=1, poll_interval=30):
-        await asyncio.sleep(0.05)  # the first claim finds nothing; the worker waits
+        await state.idle(1)  # the first claim finds nothing; the worker waits
         before = state.claims
-        for _ in range(5):
+        for n in range(5):
             [chain_id] = await _start(client, 1)
             await client.await_chain(chain_id, timeout=10, poll_interval=0.05)
-            await asyncio.sleep(0.05)
+            await state.idle(2 + n)  # after its re-check, the worker waits again
     # Per job: the claim of the woken worker, and one re-check once its slot freed.
     assert state.claims - before == 2 * 5
 
