@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 from collections import Counter
 from dataclasses import dataclass
-from datetime import timedelta
+from datetime import UTC, datetime, timedelta
 
 import pytest
 
@@ -220,23 +220,61 @@ def test_register_batch_checks_its_arguments() -> None:
         Processors(middleware=[object()]).register_batch(item, lambda batch: [])
 
 
+class SteppedClock:
+    """The state's clock: it moves only when the test moves it."""
+
+    def __init__(self) -> None:
+        self.now = datetime.now(UTC)
+
+    def __call__(self) -> datetime:
+        return self.now
+
+
 async def test_a_long_batch_keeps_its_leases_and_no_other_worker_runs_its_jobs() -> None:
-    client = _client()
+    # Leases are judged on the state's clock, which moves in steps shorter than a lease, each
+    # once every lease was renewed at the current time: only renewals keep the jobs ours, and
+    # however slowly the machine runs, no lease expires while its renewals keep up.
+    clock = SteppedClock()
+    client = Client(MemoryStateAdapter(clock=clock), MemoryNotifyAdapter(), types)
     ids = await _start(client, 4)
     lease = LeaseConfig(duration=timedelta(milliseconds=300), renew_every=timedelta(milliseconds=50))
+    step = lease.duration / 2
     calls: Counter[str] = Counter()
+    running, finish = asyncio.Event(), asyncio.Event()
     processors = Processors()
 
     @processors.batch_handler(item, lease=lease)
     async def handle(batch: Batch[Item, int]) -> list[int]:
         for job in batch.jobs:
             calls[job.id] += 1
-        await asyncio.sleep(1.0)  # three lease lengths: only renewals keep the jobs ours
+        running.set()
+        await finish.wait()
         return [i.n for i in batch.inputs]
+
+    async def renewed_at_current_time() -> None:
+        try:
+            async with asyncio.timeout(10):
+                while True:
+                    jobs = [await client.get_job(job_id) for job_id in ids]
+                    leases = [job.leased_until for job in jobs if job is not None]
+                    if len(leases) == len(ids) and all(
+                        u is not None and u >= clock.now + lease.duration for u in leases
+                    ):
+                        return
+                    await asyncio.sleep(0.01)
+        except TimeoutError:
+            pytest.fail("the batch's leases were not renewed")
 
     first = Worker(client, processors, poll_interval=0.05, name="first")
     second = Worker(client, processors, poll_interval=0.05, name="second")
     async with first, second:
+        await asyncio.wait_for(running.wait(), 10)
+        try:
+            for _ in range(8):  # four lease lengths
+                await renewed_at_current_time()
+                clock.now += step
+        finally:
+            finish.set()
         chains = [await client.await_chain(chain_id, timeout=10, poll_interval=0.05) for chain_id in ids]
     assert [c.output for c in chains] == [0, 1, 2, 3]
     assert set(calls.values()) == {1}
