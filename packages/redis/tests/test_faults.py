@@ -166,8 +166,10 @@ async def test_unsubscribe_and_close_while_redis_is_down_are_clean(
 
 async def test_connect_retries_until_redis_starts(private_redis: Any) -> None:
     private_redis.kill()
+    # Enough attempts to outlast a slow server start on a busy machine (about 30 s): the case
+    # ends as soon as the server answers, so only a failure would take that long.
     options = RedisNotifyOptions(
-        prefix="faults", connect_attempts=60, connect_retry_delay=timedelta(milliseconds=20)
+        prefix="faults", connect_attempts=1500, connect_retry_delay=timedelta(milliseconds=20)
     )
     connecting = asyncio.create_task(RedisNotifyAdapter.connect(private_redis.url, options=options))
     await asyncio.sleep(0.05)  # let the first attempts fail (not an assertion on timing)
