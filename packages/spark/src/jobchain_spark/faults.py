@@ -4,14 +4,18 @@ A :class:`Faults` value names points in a pipeline where it should fail: in Spar
 (bulk start; first attempt only, so Spark's retry succeeds) or on the driver (archive
 stages). ``exit=True`` kills the Python worker process outright, as a lost executor would.
 It is passed explicitly (``faults=``) and is inert unless a test builds one.
+
+A test may also give a ``hook``, called at every point of every attempt before the rules are
+checked, to hold a task there (say, with its transaction open) while another one runs. Hooks
+live in one process: they are not carried by ``to_json`` and do not pickle to Spark workers.
 """
 
 from __future__ import annotations
 
 import json
 import os
-from collections.abc import Iterable
-from dataclasses import dataclass
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
 
 
 class InjectedFaultError(RuntimeError):
@@ -19,6 +23,8 @@ class InjectedFaultError(RuntimeError):
 
 
 Rule = tuple[str, frozenset[int] | None]
+Hook = Callable[[str, int | None, int], None]
+"""Called with (point, partition, attempt)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -29,21 +35,31 @@ class Faults:
     exit: bool = False
     after_batches: int = 0
     """For ``delete_batch``: fail once this many deletion batches have committed."""
+    hook: Hook | None = field(default=None, compare=False, repr=False)
+    """A test's callback at every point (any attempt), before the rules; in-process only."""
 
     @classmethod
     def at(
-        cls, *points: str, partitions: Iterable[int] | None = None, exit: bool = False, after_batches: int = 0
+        cls,
+        *points: str,
+        partitions: Iterable[int] | None = None,
+        exit: bool = False,
+        after_batches: int = 0,
+        hook: Hook | None = None,
     ) -> Faults:
         parts = None if partitions is None else frozenset(partitions)
-        return cls(rules=tuple((p, parts) for p in points), exit=exit, after_batches=after_batches)
+        return cls(rules=tuple((p, parts) for p in points), exit=exit, after_batches=after_batches, hook=hook)
 
     def plus(self, point: str, *, partitions: Iterable[int] | None = None) -> Faults:
         """These faults and one more rule."""
         parts = None if partitions is None else frozenset(partitions)
-        return Faults(rules=(*self.rules, (point, parts)), exit=self.exit, after_batches=self.after_batches)
+        rules = (*self.rules, (point, parts))
+        return Faults(rules=rules, exit=self.exit, after_batches=self.after_batches, hook=self.hook)
 
     def hit(self, point: str, *, partition: int | None = None, attempt: int = 0) -> None:
-        """Fail here if a rule names this point (and partition), on a first attempt."""
+        """Run the hook, then fail here if a rule names this point (and partition), on a first attempt."""
+        if self.hook is not None:
+            self.hook(point, partition, attempt)
         if attempt > 0:
             return
         for name, parts in self.rules:
