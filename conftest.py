@@ -3,6 +3,13 @@
 from __future__ import annotations
 
 import pytest
+from hypothesis import settings
+
+# Hypothesis fails an example that runs longer than 200 ms by default: a wall-clock assertion,
+# which a loaded machine breaks without anything being wrong. Cases that set their own
+# settings still inherit this.
+settings.register_profile("jobchain", deadline=None)
+settings.load_profile("jobchain")
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
