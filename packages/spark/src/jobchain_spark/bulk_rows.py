@@ -8,8 +8,11 @@ input). The chain id is a UUIDv5 of (type, key), and the start carries
 ``Deduplication(key, scope="any", window)``. A partition starts its rows in one
 transaction, so after any failure either all of its rows committed or none did; a retried
 task or a re-run finds the committed ones through deduplication and starts nothing twice.
-Two attempts racing on the same rows (speculative execution) cannot both insert: the
-second insert of the same chain id is refused by the primary key and that attempt fails.
+Two attempts racing on the same rows (speculative execution) cannot both insert: the later
+one waits for the earlier one's transaction (deduplication holds between concurrent
+transactions), then answers its rows as deduplicated, or starts them if the earlier one
+rolled back. The deterministic chain id is a second guard: a backend that did not wait would
+have the later attempt's insert refused by the primary key, failing that task.
 """
 
 from __future__ import annotations
