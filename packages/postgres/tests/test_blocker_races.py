@@ -47,6 +47,8 @@ from .conftest import conninfo, open_state
 from .test_statements import CountingCursor
 
 LEASE = timedelta(seconds=30)
+DEADLINE = 30.0
+"""Seconds after which a step that must happen is declared lost: a failure deadline only."""
 
 
 class Creator:
@@ -94,7 +96,7 @@ async def start_running(state: PostgresStateAdapter, type_name: str = "head") ->
 
 
 async def wait_until_lock_wait(state: PostgresStateAdapter, pid: int) -> None:
-    async with asyncio.timeout(10):
+    async with asyncio.timeout(DEADLINE):
         while True:
             async with state.transaction(read_only=True) as tx:
                 cursor = await tx.connection.execute(
@@ -229,10 +231,6 @@ async def test_dependents_of_a_constantly_updated_blocker_are_all_created_and_re
     assert sorted(job.id for job in acquired.jobs) == sorted(created)
 
 
-DEADLINE = 30.0
-"""Seconds after which a step that must happen is declared lost: a failure deadline only."""
-
-
 async def wait_for_wait_event(
     probe: psycopg.AsyncConnection[Any], pid: int, event: str | None = None
 ) -> None:
@@ -246,15 +244,17 @@ async def wait_for_wait_event(
             await asyncio.sleep(0.005)  # polling a condition: how long it takes changes nothing
 
 
-async def done_or_waiting(probe: psycopg.AsyncConnection[Any], task: asyncio.Task[Any], pid: int) -> None:
-    """Until ``task`` is done or its backend ``pid`` waits for a lock."""
-    waiting = asyncio.create_task(wait_for_wait_event(probe, pid))
-    try:
-        await asyncio.wait({task, waiting}, return_when=asyncio.FIRST_COMPLETED, timeout=DEADLINE)
-    finally:
-        waiting.cancel()
-        with suppress(asyncio.CancelledError, TimeoutError):
-            await waiting
+async def done_or_waiting(dsn: str, task: asyncio.Task[Any], pid: int) -> None:
+    """Until ``task`` is done or its backend ``pid`` waits for a lock (polled on a connection
+    of its own, which cancelling the poll may leave unusable)."""
+    async with await psycopg.AsyncConnection.connect(dsn, autocommit=True) as probe:
+        waiting = asyncio.create_task(wait_for_wait_event(probe, pid))
+        try:
+            await asyncio.wait({task, waiting}, return_when=asyncio.FIRST_COMPLETED, timeout=DEADLINE)
+        finally:
+            waiting.cancel()
+            with suppress(asyncio.CancelledError, TimeoutError):
+                await waiting
 
 
 GATE = b"FOR UPDATE SKIP LOCKED"
@@ -319,7 +319,7 @@ async def test_a_dependent_committed_while_a_completion_statement_runs_is_releas
             dependent = dependent_of(blocker)
             pid: asyncio.Future[int] = asyncio.get_running_loop().create_future()
             creating = asyncio.create_task(create(dependent, pid))
-            await done_or_waiting(probe, creating, await asyncio.wait_for(pid, DEADLINE))
+            await done_or_waiting(conninfo(postgres_url), creating, await asyncio.wait_for(pid, DEADLINE))
             creation_first = creating.done()
         finally:
             await probe.execute("SELECT pg_advisory_unlock(%s)", (key,))
