@@ -209,6 +209,9 @@ def inner_run(tmp_path_factory: pytest.TempPathFactory) -> _Recorder:
         "-p",
         "no:cacheprovider",
         "--import-mode=importlib",
+        # Native tracebacks: the failure message is all that is read, and pytest's own
+        # formatting parses source (CPython 3.11.7 can fail there, see test_suite_catches_bugs).
+        "--tb=native",
         f"--rootdir={root}",
         "-c",
         str(root / "pytest.ini"),
