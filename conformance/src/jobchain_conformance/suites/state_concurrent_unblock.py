@@ -11,8 +11,9 @@ How a case runs, with failure deadlines only (no step waits for a time to pass):
 1. Both transactions open and read the dependent (``blocked``). Adapters that take one
    snapshot per transaction take it here, before either completion.
 2. The first transaction completes its blocker chain's last job; its call returns.
-3. The second transaction starts its completion. The case goes on as soon as that call has
-   run or is waiting: a row-locking adapter makes it wait for the first transaction.
+3. The second transaction starts its completion. The case goes on once that call has
+   suspended: it has run, or waits (a row-locking adapter makes it wait for the first
+   transaction), or has at least sent its statement to a server.
 4. Commits: if the second completion already returned, the second transaction commits first
    (an order only adapters that do not wait can produce); otherwise the first commits, which
    lets the second completion finish, and then the second commits.
