@@ -1,13 +1,20 @@
 """Fixtures: the shared NATS (skip locally, fail in CI when absent) and private nats-servers.
 
 The shared server comes from ``JOBCHAIN_TEST_NATS_URL`` (default nats://127.0.0.1:4222);
-every test uses its own subject prefix, and the session its own KV bucket (deleted at the
-end). Tests that kill a broker start their own nats-server on a free loopback port and
-never touch the shared one.
+every test uses its own subject prefix and its own KV bucket name (the bucket is deleted
+after the test). Tests that kill a broker start their own nats-server on a free loopback
+port and never touch the shared one.
+
+While a session uses KV buckets on the shared server it keeps a small file-backed sentinel
+stream of its own there. nats-server removes an account's store directory, from a goroutine
+of its own, after the account's last stream is deleted; a stream created meanwhile (another
+xdist worker's bucket, another run's) fails with "error creating store for stream". With a
+sentinel stored in that directory it is never empty, so the server never removes it.
 """
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import shutil
@@ -22,9 +29,12 @@ from pathlib import Path
 from typing import Any
 
 import nats
+import nats.js.api
+import nats.js.errors
 import pytest
 
 from jobchain.url import BackendURL
+from jobchain_nats.wake_hints import retry_transient
 
 DEFAULT_NATS_URL = "nats://127.0.0.1:4222"
 
@@ -60,14 +70,51 @@ def nats_url() -> str:
 
 
 @pytest.fixture(scope="session")
+def jetstream_sentinel(nats_url: str) -> Iterator[str]:
+    """A file-backed stream kept on the shared server for the session (see the module doc).
+
+    One per xdist worker: each worker is a session of its own. Its creation is the one create
+    that can still meet another run's last delete, so it retries like the adapter does.
+    """
+    name = f"jobchain_test_sentinel_{uuid.uuid4().hex[:12]}"
+
+    async def create() -> None:
+        nc = await nats.connect(nats_url)
+        try:
+            js = nc.jetstream(timeout=10)
+            config = nats.js.api.StreamConfig(
+                name=name,
+                subjects=[f"jobchain-test-sentinel.{name}"],
+                storage=nats.js.api.StorageType.FILE,
+                description="jobchain tests: keeps the account's store directory while they run",
+            )
+            await retry_transient(lambda: js.add_stream(config), f"the creation of stream {name}", nats_url)
+        finally:
+            await nc.close()
+
+    async def delete() -> None:
+        nc = await nats.connect(nats_url)
+        try:
+            await nc.jetstream(timeout=10).delete_stream(name)
+        except nats.js.errors.NotFoundError:
+            pass
+        finally:
+            await nc.close()
+
+    asyncio.run(create())
+    yield name
+    asyncio.run(delete())
+
+
+@pytest.fixture
 def kv_bucket_name() -> str:
-    """A KV bucket name unique to this test session."""
+    """A KV bucket name unique to this test: no name is deleted and created again in a hurry."""
     return f"jobchain_test_{uuid.uuid4().hex[:12]}"
 
 
 @pytest.fixture
-async def kv_bucket(nats_url: str, kv_bucket_name: str) -> AsyncIterator[str]:
-    """The session's bucket name; the adapter creates it (kv_create) and this deletes it after."""
+async def kv_bucket(nats_url: str, kv_bucket_name: str, jetstream_sentinel: str) -> AsyncIterator[str]:
+    """The test's bucket name; the adapter creates it (kv_create) and this deletes it after."""
     yield kv_bucket_name
     nc = await nats.connect(nats_url)
     try:

@@ -35,7 +35,7 @@ from jobchain.errors import AdapterClosedError, BackendUnreachableError, Invalid
 from jobchain.notifying import Fanout, Outage
 from jobchain.url import BackendURL
 from jobchain_nats.options import NatsNotifyOptions, check_payload, parse_url
-from jobchain_nats.wake_hints import KvWakeHints
+from jobchain_nats.wake_hints import KvWakeHints, bind_bucket
 
 MAX_CONNECT_RETRY_DELAY: Final = 10.0
 """Seconds: the doubling delay between connect attempts stops growing here."""
@@ -108,7 +108,7 @@ class NatsNotifyAdapter:
         nc = await _connect(server, opts, outage, where)
         adapter: NatsNotifyAdapter | None = None
         try:
-            kv = await _bind_bucket(nc, opts, where) if opts.kv_bucket else None
+            kv = await bind_bucket(nc, opts, where) if opts.kv_bucket else None
             adapter = cls(nc, options=opts, kv=kv, owns_connection=True, outage=outage)
         except BROKER_ERRORS as exc:
             raise BackendUnreachableError(
@@ -130,7 +130,7 @@ class NatsNotifyAdapter:
         Its reconnect settings are the application's; binds or creates ``options.kv_bucket``.
         """
         opts = options or NatsNotifyOptions()
-        kv = await _bind_bucket(connection, opts, "the given connection") if opts.kv_bucket else None
+        kv = await bind_bucket(connection, opts, "the given connection") if opts.kv_bucket else None
         return cls(connection, options=opts, kv=kv)
 
     # -- publish ---------------------------------------------------------------------------
@@ -401,35 +401,6 @@ async def _connect(server: BackendURL, opts: NatsNotifyOptions, outage: Outage, 
         nc.options["reconnect_time_wait"] = opts.reconnect_wait.total_seconds()
         return nc
     raise AssertionError("unreachable")  # pragma: no cover
-
-
-async def _bind_bucket(nc: Client, opts: NatsNotifyOptions, where: str) -> KeyValue:
-    assert opts.kv_bucket is not None
-    js = nc.jetstream(timeout=opts.request_timeout.total_seconds())
-    try:
-        return await js.key_value(opts.kv_bucket)
-    except nats.js.errors.BucketNotFoundError:
-        if not opts.kv_create:
-            raise InvalidArgumentError(
-                f"the JetStream KV bucket {opts.kv_bucket!r} does not exist on NATS at {where}; create it "
-                "(nats kv add) or pass kv_create=true"
-            ) from None
-    except (nats.errors.NoRespondersError, nats.js.errors.ServiceUnavailableError):
-        # nats-py reports "no responders on $JS.API" as a 503 ServiceUnavailableError.
-        raise InvalidArgumentError(
-            f"JetStream is not enabled (or not available) on NATS at {where}; start nats-server with -js "
-            "or drop kv_bucket (wake hints then become no-ops)"
-        ) from None
-    try:
-        return await js.create_key_value(
-            bucket=opts.kv_bucket,
-            history=1,
-            ttl=opts.kv_ttl.total_seconds(),
-            description="jobchain wake hints",
-        )
-    except nats.js.errors.BadRequestError:
-        # Another process created it first (with its own settings): bind that one.
-        return await js.key_value(opts.kv_bucket)
 
 
 async def open_notify_adapter(url: BackendURL) -> NatsNotifyAdapter:
