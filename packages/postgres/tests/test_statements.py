@@ -116,7 +116,7 @@ def round_trips(sent: list[str]) -> list[list[str]]:
     trips: list[list[str]] = []
     for line, pipelined in zip(sent, CountingCursor.pipelined, strict=True):
         name = line.split(":")[0].removeprefix("-- ")
-        if pipelined and name != "jobs_lock" and name != "job_lock" and trips:
+        if pipelined and not name.endswith("_lock") and trips:
             trips[-1].append(name)
         else:
             trips.append([name])
@@ -149,7 +149,7 @@ async def test_every_operation_sends_exactly_one_statement(counted: PostgresStat
         return next(j.id for j in got["acquired"].jobs if j.type_name == type_name)
 
     operations: list[tuple[str, Callable[[PostgresStateTx], Awaitable[Any]]]] = [
-        ("jobs_create", lambda tx: tx.jobs_create(JobsCreate(jobs=batch, now=NOW))),
+        ("jobs_create (deduplicating)", lambda tx: tx.jobs_create(JobsCreate(jobs=batch, now=NOW))),
         ("jobs_create", lambda tx: tx.jobs_create(JobsCreate(jobs=[step], now=NOW))),
         ("jobs_create_roots", lambda tx: tx.jobs_create(JobsCreate(jobs=[new(), new()], now=NOW))),
         ("chain_get", lambda tx: tx.chain_get(ChainGet(chain_id=step_root.id))),
@@ -196,6 +196,10 @@ async def test_every_operation_sends_exactly_one_statement(counted: PostgresStat
         sent = await statements(adapter, op)
         if name == "job_complete":
             assert round_trips(sent) == [["jobs_lock", "job_complete"]], sent
+            continue
+        if name == "jobs_create (deduplicating)":
+            # Deduplicating starts lock their keys first, in the same pipeline (one round trip).
+            assert round_trips(sent) == [["jobs_deduplication_lock", "jobs_create"]], sent
             continue
         assert len(sent) == 1, f"{name} sent {len(sent)} statements: {sent}"
         listing = name.endswith("_list")
