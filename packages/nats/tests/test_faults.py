@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import gc
 import logging
+import random
 from collections.abc import AsyncIterator, Awaitable, Callable
 from datetime import timedelta
 from typing import Any
@@ -210,3 +211,29 @@ async def test_a_server_stalled_past_the_listen_timeout_does_not_leave_the_conne
     finally:
         await adapter.close()
     assert unhandled == []
+
+
+async def test_closing_while_reconnecting_leaves_no_reconnect_task_running(private_nats: Any) -> None:
+    """nats-py's close() cancels its reconnect task once; on Python 3.11 a connect attempt
+    failing in the same loop iteration swallows that cancel and the task reconnects forever
+    (it then also hangs the loop's shutdown). Many closes spread over the reconnect attempts
+    hit that window; without the adapter's remedy a few of 100 tasks stayed alive."""
+    options = NatsNotifyOptions(prefix="faults", reconnect_wait=timedelta(milliseconds=20))
+    adapters = [await NatsNotifyAdapter.connect(private_nats.url, options=options) for _ in range(100)]
+    private_nats.kill()
+    spread = random.Random(14)
+
+    async def close(adapter: NatsNotifyAdapter) -> None:
+        await asyncio.sleep(spread.random() * 0.3)  # spreads the closes over many attempts
+        await adapter.close()
+
+    try:
+        await asyncio.gather(*(close(adapter) for adapter in adapters))
+        running = [a for a in adapters if a._nc._reconnection_task and not a._nc._reconnection_task.done()]
+        assert running == []
+    finally:
+        for adapter in adapters:
+            task = adapter._nc._reconnection_task
+            while task is not None and not task.done():  # leave the loop's shutdown free to end
+                task.cancel()
+                await asyncio.wait({task}, timeout=1.0)

@@ -307,6 +307,7 @@ class NatsNotifyAdapter:
                 self._nc._pending_data_size = 0
             with contextlib.suppress(*BROKER_ERRORS):
                 await self._nc.close()
+            await _end_reconnecting(self._nc)
         else:
             for subscription in subscriptions:
                 await _drop(subscription)
@@ -334,6 +335,18 @@ class _Unsubscriber:
             return
         self._done = True
         await self._adapter._unlisten(self._subject, self._token)
+
+
+async def _end_reconnecting(nc: Client) -> None:
+    """Leaky: nats-py's close() cancels its reconnect task once, and Python 3.11's wait_for
+    swallows that cancel when a connect attempt fails in the same loop iteration; the task
+    then reconnects forever (and blocks the event loop's shutdown). Cancel until it ends."""
+    task = nc._reconnection_task
+    for _ in range(100):
+        if task is None or task.done():
+            return
+        task.cancel()
+        await asyncio.wait({task}, timeout=0.1)
 
 
 async def _drop(subscription: Subscription) -> None:
