@@ -196,7 +196,7 @@ class TestPlans:
         self, adapter: SqliteStateAdapter, db_path: Path
     ) -> None:
         params = {"type_names": '["t"]', "exclude_job_ids": "[]", "now": "x", "limit": 1}
-        plan = self.plan(db_path, queries("jobchain_").jobs_reap_expired, params)
+        plan = self.plan(db_path, queries("jobchain_").jobs_reap_candidates, params)
         assert "jobchain_job_expired_lease_idx" in plan
 
     async def test_deduplication_lookup_uses_the_dedup_index(

@@ -39,6 +39,7 @@ from jobchain_conformance.suites.state_acquire import (
     JobsAcquireTests,
     JobsReapExpiredTests,
 )
+from jobchain_conformance.suites.state_agreement import RefusedArgumentTests, ResultOrderTests
 from jobchain_conformance.suites.state_attempts import JobAttemptTimesTests
 from jobchain_conformance.suites.state_chains import (
     ChainGetTests,
@@ -87,6 +88,8 @@ class StateAdapterSuite(
     JobAttemptTimesTests,
     JobsTriggerTests,
     ChainsDeleteTests,
+    ResultOrderTests,
+    RefusedArgumentTests,
     ChainsListTests,
     JobsListTests,
     ChainJobsListTests,

@@ -553,10 +553,8 @@ class PostgresStateTx(ListingsMixin):
         head = rows[0]
         references = shape.scalar(head, "_references")
         if references:
+            # Already in order: the referencing job's (created_at, id), then the blocker chain.
             refs = [BlockerReference(chain_id=c, referenced_by_job_id=j) for c, j in references]
-            refs.sort(
-                key=lambda r: position.get(r.chain_id, last)
-            )  # stable: dependents stay in created order
             return ChainsDeleted(chains=[], blocker_references=refs)
         chains = [_chain(shape, row) for row in rows if shape.job(row) is not None]
         chains.sort(key=lambda c: (position.get(c.id, last), c.root.created_at, c.id))

@@ -202,10 +202,22 @@ def schedule_params(schedule: Schedule) -> tuple[datetime | None, timedelta | No
     return schedule.at, schedule.after
 
 
+def check_chain_index(new: NewJob) -> None:
+    """A root sits at index 0 and a continuation after it; anything else is refused before any SQL."""
+    if new.chain_id is None:
+        if new.chain_index != 0:
+            raise InvalidArgumentError(f"a new chain's first job has chain_index 0, got {new.chain_index!r}")
+    elif new.chain_index < 1:
+        raise InvalidArgumentError(
+            f"continuation {new.id} of chain {new.chain_id} needs chain_index >= 1, got {new.chain_index!r}"
+        )
+
+
 def new_jobs_document(jobs: Sequence[NewJob]) -> str:
     """The batch of ``jobs_create`` as one JSON document (read with ``jsonb_to_recordset``)."""
     items: list[dict[str, Any]] = []
     for position, new in enumerate(jobs):
+        check_chain_index(new)
         dedup = new.deduplication
         schedule = new.schedule
         items.append(
@@ -244,6 +256,8 @@ def new_roots_document(jobs: Sequence[NewJob]) -> tuple[list[str], str]:
     ids: list[str] = []
     items: list[dict[str, Any]] = []
     for position, new in enumerate(jobs):
+        if new.chain_index != 0:  # new chains only (see check_chain_index)
+            check_chain_index(new)
         job_id = job_uuid(new.id)
         ids.append(job_id)
         schedule = new.schedule
@@ -268,6 +282,7 @@ def new_roots_document(jobs: Sequence[NewJob]) -> tuple[list[str], str]:
 __all__ = [
     "Row",
     "Shape",
+    "check_chain_index",
     "job_uuid",
     "json_text",
     "new_jobs_document",

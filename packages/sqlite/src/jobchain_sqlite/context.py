@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from jobchain.errors import InvalidArgumentError, TransactionRequiredError
+from jobchain.errors import InvalidArgumentError
 from jobchain_sqlite.errors import translating
 from jobchain_sqlite.providers import Executor, Params
 from jobchain_sqlite.queries import Queries
@@ -30,7 +30,7 @@ class TxContext:
     ) -> Sequence[Row]:
         """Run one statement, translating driver errors (``job_ids`` names ids for duplicates)."""
         if self.closed:
-            raise TransactionRequiredError(
+            raise InvalidArgumentError(  # as every backend: a misuse of the tx, not a missing one
                 "this transaction has ended; open a new one with `async with adapter.transaction() as tx`"
             )
         with translating(self.path, self.prefix, job_ids):

@@ -67,6 +67,7 @@ class Queries:
     jobs_complete: str
     jobs_unblock: str
     jobs_get: str
+    jobs_reap_candidates: str
     jobs_reap_expired: str
     jobs_trigger: str
     jobs_trigger_lookup: str

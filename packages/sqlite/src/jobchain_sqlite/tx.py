@@ -94,10 +94,14 @@ class SqliteTx:
 
     async def chain_get(self, params: ChainGet) -> Chain | None:
         """One statement. ``lock=True`` holds already: write transactions own the write lock."""
+        if params.lock:  # a read-only transaction holds no write lock, so it cannot lock
+            self._ctx.require_write("chain_get with lock=True")
         rows = await self._ctx.fetch(self._ctx.q.chain_get, {"chain_id": params.chain_id})
         return chains_from_jobs([job_from_row(row) for row in rows]).get(params.chain_id)
 
     async def job_get(self, params: JobGet) -> Job | None:
+        if params.lock:
+            self._ctx.require_write("job_get with lock=True")
         rows = await self._ctx.fetch(self._ctx.q.job_get, {"job_id": params.job_id})
         return job_from_row(rows[0]) if rows else None
 
@@ -240,20 +244,25 @@ class SqliteTx:
     async def jobs_reap_expired(self, params: JobsReapExpired) -> list[Job]:
         ctx = self._ctx
         ctx.require_write("jobs_reap_expired")
-        if not params.type_names or params.limit < 1:
+        if not params.type_names:  # params.limit >= 1: JobsReapExpired checks it when built
             return []
-        rows = await ctx.fetch(
-            ctx.q.jobs_reap_expired,
+        now = fmt_time(params.now or utcnow())
+        candidates = await ctx.fetch(
+            ctx.q.jobs_reap_candidates,
             {
                 "type_names": json_list(params.type_names),
                 "exclude_job_ids": json_list(params.exclude_job_ids),
-                "now": fmt_time(params.now or utcnow()),
+                "now": now,
                 "limit": params.limit,
             },
         )
-        return sorted(
-            (job_from_row(row) for row in rows), key=lambda j: (j.leased_until or j.created_at, j.id)
-        )
+        if not candidates:
+            return []
+        # Two statements because the UPDATE's RETURNING shows the cleared lease only: the
+        # candidates' order (oldest lease first) is the result's order.
+        order = {row["id"]: position for position, row in enumerate(candidates)}
+        rows = await ctx.fetch(ctx.q.jobs_reap_expired, {"job_ids": json_list(list(order)), "now": now})
+        return sorted((job_from_row(row) for row in rows), key=lambda job: order[job.id])
 
     async def jobs_trigger(self, params: JobsTrigger) -> JobsTriggered:
         """One guarded UPDATE; a lookup only when it refuses (to report why)."""
@@ -290,14 +299,18 @@ class SqliteTx:
             ctx.q.chains_delete_lookup, {"chain_ids": json_list(requested), "cascade": params.cascade}
         )
         chain_set = list(dict.fromkeys(row["chain_id"] for row in rows if row["kind"] == "chain"))
-        references = [
-            BlockerReference(chain_id=row["chain_id"], referenced_by_job_id=row["job_id"])
+        # By the referencing job's (created_at, id), then the blocker chain's id.
+        referencing = sorted(
+            (parse_time(row["created_at"]), row["job_id"], row["chain_id"])
             for row in rows
             if row["kind"] == "reference"
+        )
+        references = [
+            BlockerReference(chain_id=chain_id, referenced_by_job_id=job_id)
+            for _, job_id, chain_id in referencing
         ]
         if references:
             # Refused: nothing is deleted; the client raises BlockerReferenceError from these.
-            references.sort(key=lambda r: (r.chain_id, r.referenced_by_job_id))
             return ChainsDeleted(chains=[], blocker_references=references)
         if not chain_set:
             return ChainsDeleted(chains=[])
@@ -309,7 +322,9 @@ class SqliteTx:
         ordered = [c for c in requested if c in chains] + sorted(
             (c for c in chains if c not in set(requested)), key=lambda c: (chains[c].created_at, c)
         )
-        running = sorted(j.id for j in jobs if j.status is JobStatus.RUNNING)
+        running = [
+            j.id for j in sorted(jobs, key=lambda j: (j.created_at, j.id)) if j.status is JobStatus.RUNNING
+        ]
         return ChainsDeleted(chains=[chains[c] for c in ordered], running_job_ids=running)
 
     # ------------------------------------------------------------ listings

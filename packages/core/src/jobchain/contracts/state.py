@@ -236,6 +236,10 @@ class JobsReapExpired:
     limit: int = 1
     now: datetime | None = None
 
+    def __post_init__(self) -> None:
+        if not isinstance(self.limit, int) or isinstance(self.limit, bool) or self.limit < 1:
+            raise InvalidArgumentError(f"reap limit must be a positive integer, got {self.limit!r}")
+
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class JobsTrigger:

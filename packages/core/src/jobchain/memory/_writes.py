@@ -30,7 +30,7 @@ from jobchain.contracts.state import (
     JobsTriggered,
     NewJob,
 )
-from jobchain.entities import Chain, Deduplication, Job, JobStatus
+from jobchain.entities import Chain, Deduplication, Job, JobStatus, validate_id
 from jobchain.errors import (
     BlockerReference,
     ChainNotFoundError,
@@ -81,6 +81,8 @@ class Ctx:
 
 
 def jobs_create(ctx: Ctx, params: JobsCreate, now: datetime) -> list[JobCreated]:
+    for new in params.jobs:  # refused before anything of the batch is written
+        _check_new_job(new)
     first_of_key: dict[tuple[str, str], Job] = {}  # in-batch deduplication
     results: list[JobCreated] = []
     for new in params.jobs:
@@ -89,6 +91,18 @@ def jobs_create(ctx: Ctx, params: JobsCreate, now: datetime) -> list[JobCreated]
         else:
             results.append(_create_continuation(ctx, new, new.chain_id, now))
     return results
+
+
+def _check_new_job(new: NewJob) -> None:
+    """Ids are UUIDs; a root sits at index 0 and a continuation after it."""
+    validate_id(new.id)
+    if new.chain_id is None:
+        if new.chain_index != 0:
+            raise InvalidArgumentError(f"a new chain's first job has chain_index 0, got {new.chain_index!r}")
+    elif new.chain_index < 1:
+        raise InvalidArgumentError(
+            f"continuation {new.id} of chain {new.chain_id} needs chain_index >= 1, got {new.chain_index!r}"
+        )
 
 
 def _create_root(
@@ -309,9 +323,7 @@ def _chain_done(view: View, chain_id: str) -> bool:
 
 
 def jobs_reap_expired(ctx: Ctx, params: JobsReapExpired, now: datetime) -> list[Job]:
-    if not isinstance(params.limit, int) or params.limit < 1:
-        raise InvalidArgumentError(f"reap limit must be a positive integer, got {params.limit!r}")
-    store = ctx.store
+    store = ctx.store  # params.limit >= 1: JobsReapExpired checks it when built
     excluded = set(params.exclude_job_ids)
     leases = [store.running[name] for name in unique(params.type_names) if name in store.running]
     chosen: list[str] = []
@@ -346,6 +358,7 @@ def chains_delete(ctx: Ctx, params: ChainsDelete) -> ChainsDeleted:
     members = {chain_id: view.chain_jobs(chain_id) for chain_id in unique(params.chain_ids)}
     selected = [chain_id for chain_id, jobs in members.items() if jobs]
     if params.cascade:
+        requested = len(selected)
         position = 0
         while position < len(selected):  # grows while walking: breadth-first over blockers
             for job in members[selected[position]]:
@@ -355,15 +368,23 @@ def chains_delete(ctx: Ctx, params: ChainsDelete) -> ChainsDeleted:
                         if members[blocker_id]:
                             selected.append(blocker_id)
             position += 1
+        # Requested chains keep request order; the ones cascade added come by root creation.
+        selected[requested:] = sorted(
+            selected[requested:], key=lambda chain_id: created_key(members[chain_id][0])
+        )
     in_set = set(selected)
     doomed = [job for chain_id in selected for job in members[chain_id]]
     for job in doomed:
         ctx.lock(job.id)  # also makes a concurrent blocked insert against these chains wait
-    references = [
-        BlockerReference(chain_id=chain_id, referenced_by_job_id=job.id)
+    referencing = [
+        (created_key(job), chain_id)
         for chain_id in selected
-        for job in sorted(view.dependents(chain_id), key=created_key)
+        for job in view.dependents(chain_id)
         if job.chain_id not in in_set
+    ]
+    references = [  # by the referencing job's (created_at, id), then the blocker chain's id
+        BlockerReference(chain_id=chain_id, referenced_by_job_id=job_key[1])
+        for job_key, chain_id in sorted(referencing)
     ]
     if references:
         return ChainsDeleted(chains=[], blocker_references=references)
@@ -371,5 +392,7 @@ def chains_delete(ctx: Ctx, params: ChainsDelete) -> ChainsDeleted:
         ctx.store.put(ctx.tx, job.id, None)
     return ChainsDeleted(
         chains=[Chain(members[chain_id][0], members[chain_id][-1]) for chain_id in selected],
-        running_job_ids=[job.id for job in doomed if job.status is JobStatus.RUNNING],
+        running_job_ids=[
+            job.id for job in sorted(doomed, key=created_key) if job.status is JobStatus.RUNNING
+        ],
     )

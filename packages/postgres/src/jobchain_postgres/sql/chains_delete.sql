@@ -46,9 +46,10 @@ gone AS (
     RETURNING j.*
 )
 SELECT
-    (SELECT array_agg(ARRAY[refs.chain_id::text, refs.job_id::text] ORDER BY refs.created_at, refs.job_id)
+    (SELECT array_agg(ARRAY[refs.chain_id::text, refs.job_id::text] ORDER BY refs.created_at, refs.job_id, refs.chain_id)
      FROM refs) AS _references,
-    (SELECT array_agg(g.id::text) FROM gone AS g WHERE g.status = 'running') AS _running,
+    (SELECT array_agg(g.id::text ORDER BY g.created_at, g.id) FROM gone AS g WHERE g.status = 'running')
+        AS _running,
     (SELECT count(*) FROM gone_blockers) AS _blockers_deleted,
     r.*,
     l.*
