@@ -305,8 +305,16 @@ class NatsNotifyAdapter:
                 # leaving subscription tasks behind. Nothing buffered can be delivered now.
                 self._nc._pending = []
                 self._nc._pending_data_size = 0
-            with contextlib.suppress(*BROKER_ERRORS):
-                await self._nc.close()
+            try:
+                with contextlib.suppress(*BROKER_ERRORS):
+                    await self._nc.close()
+            except asyncio.CancelledError:
+                # Leaky: nats-py's close() cancels its reconnect task, which may be awaiting
+                # the same "transport closed" future that close() then awaits; that future
+                # is cancelled with the task. Only a cancel of our own task propagates.
+                current = asyncio.current_task()
+                if current is None or current.cancelling():
+                    raise
             await _end_reconnecting(self._nc)
         else:
             for subscription in subscriptions:
