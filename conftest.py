@@ -12,8 +12,12 @@ settings.register_profile("jobchain", deadline=None)
 settings.load_profile("jobchain")
 
 
+@pytest.hookimpl(tryfirst=True)
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     # Spark tests share one session-scoped SparkSession (a JVM): keep them on one xdist worker.
+    # tryfirst: xdist's worker turns the marker into the group suffix in this same hook, and this
+    # root conftest is registered before xdist's worker plugin, so it would otherwise run after
+    # it (and every worker started a JVM of its own).
     for item in items:
         if item.get_closest_marker("spark") is not None:
             item.add_marker(pytest.mark.xdist_group("spark"))

@@ -500,7 +500,9 @@ async def test_delete_refuses_outside_references_and_cascade_follows_blockers(
             await tx.jobs_acquire(JobsAcquire(type_names=["leaf"], worker_id="w", lease_for=LEASE))
         ).jobs
         deleted = await tx.chains_delete(ChainsDelete(chain_ids=[top.id, new_id()], cascade=True))
-    assert [c.id for c in deleted.chains] == [top.id, left.id, right.id, leaf.id]
+    # The requested chains first, then the cascaded ones by root creation (created_at, id).
+    cascaded = sorted([leaf, left, right], key=lambda j: (j.created_at, j.id))
+    assert [c.id for c in deleted.chains] == [top.id, *(j.id for j in cascaded)]
     assert deleted.chains[0].last == top_next
     assert deleted.running_job_ids == [running.id]
     assert adapter._store.jobs == {}
