@@ -18,7 +18,7 @@ demo: $(STAMP)
 	$(BIN)/python -m jobchain.demo
 
 test: $(STAMP)
-	$(BIN)/python -m pytest packages conformance -q -n 4 --dist loadgroup
+	$(BIN)/python -m pytest packages conformance -q -n 4 --dist loadgroup --durations=25
 	$(MAKE) --no-print-directory lint typecheck
 
 lint: $(STAMP)
