@@ -15,9 +15,30 @@ settings.load_profile("jobchain")
 @pytest.hookimpl(tryfirst=True)
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     # Spark tests share one session-scoped SparkSession (a JVM): keep them on one xdist worker.
-    # tryfirst: xdist's worker turns the marker into the group suffix in this same hook, and this
-    # root conftest is registered before xdist's worker plugin, so it would otherwise run after
-    # it (and every worker started a JVM of its own).
+    # tryfirst: xdist's worker reads the marker in this same hook.
     for item in items:
         if item.get_closest_marker("spark") is not None:
             item.add_marker(pytest.mark.xdist_group("spark"))
+
+
+class _GroupSuffix:
+    """xdist 3.8 marks an item's group by appending "@name" to ``item._nodeid``, which pytest 9.2
+    no longer reads (the id lives in ``item._id``), so groups were ignored and every worker
+    started a JVM of its own. Where the suffix did not take, set it where pytest reads it."""
+
+    @pytest.hookimpl(trylast=True)
+    def pytest_collection_modifyitems(self, config: pytest.Config, items: list[pytest.Item]) -> None:
+        if not getattr(config.option, "loadgroup", False):
+            return
+        from _pytest.nodeid import coerce_node_id
+
+        for item in items:
+            mark = item.get_closest_marker("xdist_group")
+            if mark is None or not hasattr(item, "_id") or "@" in item.nodeid.rpartition("]")[2]:
+                continue
+            name = mark.args[0] if mark.args else mark.kwargs.get("name", "default")
+            item._id = coerce_node_id(f"{item.nodeid}@{name}")
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    config.pluginmanager.register(_GroupSuffix(), "jobchain-xdist-group-suffix")
