@@ -272,7 +272,8 @@ class _Recorder:
 
 
 # The inner run executes the whole state suite once per variant: minutes on a loaded machine.
-pytestmark = pytest.mark.timeout(900)
+# One worker runs the inner session once (a module fixture runs again on every worker).
+pytestmark = [pytest.mark.timeout(900), pytest.mark.xdist_group("catches_bugs")]
 
 
 @pytest.fixture(scope="module")

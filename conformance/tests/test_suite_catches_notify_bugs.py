@@ -134,6 +134,10 @@ class _Recorder:
         self.outcomes.setdefault((cls, name.split("[")[0]), set()).add(report.outcome)
 
 
+# One worker runs the inner session once (a module fixture runs again on every worker).
+pytestmark = pytest.mark.xdist_group("catches_notify_bugs")
+
+
 @pytest.fixture(scope="module")
 def outcomes(tmp_path_factory: pytest.TempPathFactory) -> dict[tuple[str, str], set[str]]:
     """Run the notify suite once, in-process, against every variant; (class, case) → outcomes."""

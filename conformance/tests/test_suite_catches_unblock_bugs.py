@@ -197,6 +197,10 @@ class _Recorder:
             self.failures[(cls, name)] = self.failures.get((cls, name), "") + report.longreprtext
 
 
+# One worker runs the inner session once (a module fixture runs again on every worker).
+pytestmark = pytest.mark.xdist_group("catches_unblock_bugs")
+
+
 @pytest.fixture(scope="module")
 def inner_run(tmp_path_factory: pytest.TempPathFactory) -> _Recorder:
     """Run the composed suites once, in-process, against both variants; (class, case id) → outcomes."""

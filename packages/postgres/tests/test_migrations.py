@@ -146,7 +146,8 @@ async def test_deduplicated_chains_of_a_schema_before_0004_are_still_found_after
             sql.SQL(
                 "INSERT INTO {} (id, chain_id, type_name, chain_type_name, chain_index, status, input,"
                 " created_at, scheduled_at, deduplication_key)"
-                " VALUES (%(id)s, %(id)s, 't', 't', 0, 'pending', '{{\"old\": true}}', %(at)s, %(at)s, 'report-7')"
+                " VALUES (%(id)s, %(id)s, 't', 't', 0, 'pending', '{{\"old\": true}}', %(at)s, %(at)s,"
+                " 'report-7')"
             ).format(sql.Identifier(schema_name, "jobchain_job")),
             {"id": old.id, "at": NOW},
         )
