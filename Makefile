@@ -3,10 +3,13 @@ PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
+# The demo needs the core and the embedded default only (no PySpark: seconds, not minutes).
+DEMO_STAMP := $(VENV)/.demo
+DEMO_PACKAGES := packages/core/pyproject.toml packages/sqlite/pyproject.toml
 PACKAGES := $(wildcard packages/*/pyproject.toml) conformance/pyproject.toml
 EDITABLES := $(foreach p,$(PACKAGES),-e $(dir $(p)))
 
-.PHONY: demo test lint typecheck check bench clean
+.PHONY: demo test lint typecheck check bench dist clean
 
 $(STAMP): $(PACKAGES) requirements-dev.txt
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -14,7 +17,12 @@ $(STAMP): $(PACKAGES) requirements-dev.txt
 	$(BIN)/python -m pip install --quiet -r requirements-dev.txt $(EDITABLES)
 	touch $(STAMP)
 
-demo: $(STAMP)
+$(DEMO_STAMP): $(DEMO_PACKAGES)
+	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet --disable-pip-version-check $(foreach p,$(DEMO_PACKAGES),-e $(dir $(p)))
+	touch $(DEMO_STAMP)
+
+demo: $(DEMO_STAMP)
 	$(BIN)/python -m jobchain.demo
 
 test: $(STAMP)
@@ -31,5 +39,10 @@ typecheck: $(STAMP)
 bench: $(STAMP)
 	$(BIN)/python bench/run.py
 
+# Wheels of every distribution into dist/, for `pip install dist/*.whl` on another machine.
+dist: $(STAMP)
+	rm -rf dist
+	$(BIN)/python -m pip wheel --quiet --no-deps --wheel-dir dist $(foreach p,$(PACKAGES),$(dir $(p)))
+
 clean:
-	rm -rf $(VENV)
+	rm -rf $(VENV) dist
