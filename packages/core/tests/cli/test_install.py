@@ -1,0 +1,64 @@
+"""Installing from the repository, as getting-started.md tells a user to: a fresh virtualenv,
+``pip install ./packages/core ./packages/sqlite`` (no editable installs, nothing from the
+workspace's .venv), then the page's first example runs on the embedded default.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[4]
+PAGE = REPO / "docs" / "getting-started.md"
+FENCE = re.compile(r"^```(\w+)[^\n]*\n(.*?)^```[ \t]*$", re.MULTILINE | re.DOTALL)
+TIMEOUT = 600.0
+
+pytestmark = pytest.mark.xdist_group("install")
+
+
+def _blocks(language: str) -> list[str]:
+    text = PAGE.read_text(encoding="utf-8")
+    return [m.group(2) for m in FENCE.finditer(text) if m.group(1) == language]
+
+
+def _run(args: list[str], cwd: Path, env: dict[str, str]) -> str:
+    done = subprocess.run(args, cwd=cwd, env=env, capture_output=True, text=True, timeout=TIMEOUT)
+    assert done.returncode == 0, f"{args} failed:\n{done.stdout}\n{done.stderr}"
+    return done.stdout
+
+
+def test_the_documented_install_from_the_repository_runs_the_first_example(tmp_path: Path) -> None:
+    documented = [
+        line.split("#", 1)[0].split()
+        for block in _blocks("sh")
+        for line in block.splitlines()
+        if line.startswith("pip install ./packages/core")
+    ]
+    assert documented == [["pip", "install", "./packages/core", "./packages/sqlite"]], documented
+
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("JOBCHAIN_", "PYTHON", "VIRTUAL_ENV"))}
+    venv = tmp_path / "venv"
+    _run([sys.executable, "-m", "venv", str(venv)], tmp_path, env)
+    python = str(venv / "bin" / "python")
+    pip = [python, "-m", "pip", "install", "--quiet", "--disable-pip-version-check"]
+    _run([*pip, *documented[0][2:]], REPO, env)
+
+    backends = _run([str(venv / "bin" / "jobchain"), "backends"], tmp_path, env)
+    assert "sqlite://" in backends and "jobchain-sqlite" in backends
+
+    python_blocks = _blocks("python")
+    signup = next(b for b in python_blocks if b.startswith("# file: signup.py"))
+    first = next(b for b in python_blocks if b.startswith("# runnable"))
+    project = tmp_path / "project"
+    project.mkdir()
+    (project / "signup.py").write_text(signup, encoding="utf-8")
+    (project / "first.py").write_text(first, encoding="utf-8")
+    out = _run([python, "first.py"], project, env | {"PYTHONPATH": str(project)})
+    assert "completed after send_welcome" in out, out
+    installed = _run([python, "-c", "import jobchain, jobchain_sqlite; print(jobchain.__file__)"], project, env)
+    assert str(venv) in installed, "the example must run on the installed copy, not the workspace"
