@@ -60,8 +60,8 @@ class _Lines:
 
     def wait_for(self, needle: str) -> None:
         with self._changed:
-            found = self._changed.wait_for(lambda: needle in self.text or self._done, PROCESS_TIMEOUT)
-            assert found and needle in self.text, f"{needle!r} not logged; output so far:\n{self.text}"
+            self._changed.wait_for(lambda: needle in self.text or self._done, PROCESS_TIMEOUT)
+            assert needle in self.text, f"{needle!r} not logged; output so far:\n{self.text}"
 
 
 def test_two_processes_wake_each_other_through_redis(

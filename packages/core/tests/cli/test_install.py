@@ -49,7 +49,8 @@ def test_the_documented_install_from_the_repository_runs_the_first_example(tmp_p
     _run([*pip, *documented[0][2:]], REPO, env)
 
     backends = _run([str(venv / "bin" / "jobchain"), "backends"], tmp_path, env)
-    assert "sqlite://" in backends and "jobchain-sqlite" in backends
+    assert "sqlite://" in backends
+    assert "jobchain-sqlite" in backends
 
     python_blocks = _blocks("python")
     signup = next(b for b in python_blocks if b.startswith("# file: signup.py"))
@@ -60,5 +61,7 @@ def test_the_documented_install_from_the_repository_runs_the_first_example(tmp_p
     (project / "first.py").write_text(first, encoding="utf-8")
     out = _run([python, "first.py"], project, env | {"PYTHONPATH": str(project)})
     assert "completed after send_welcome" in out, out
-    installed = _run([python, "-c", "import jobchain, jobchain_sqlite; print(jobchain.__file__)"], project, env)
+    installed = _run(
+        [python, "-c", "import jobchain, jobchain_sqlite; print(jobchain.__file__)"], project, env
+    )
     assert str(venv) in installed, "the example must run on the installed copy, not the workspace"

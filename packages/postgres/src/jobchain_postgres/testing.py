@@ -1,0 +1,143 @@
+"""A PostgreSQL server of your own for tests that stop, restart or reconfigure it.
+
+Fault tests and benchmarks must never touch a shared server: ``PrivateServer`` runs
+``initdb`` into a temporary directory and ``pg_ctl`` on a free loopback port, with trust
+authentication and the settings you pass, and removes everything on ``close()``::
+
+    with PrivateServer(settings={"autovacuum": "on"}) as server:
+        client = await jobchain.connect(server.url, ...)
+        server.stop("immediate")   # a crash
+        server.start()             # recovery
+
+The server binaries are found with ``pg_config --bindir``, then under
+``/usr/lib/postgresql/*/bin``, then on ``PATH``. PostgreSQL refuses to run as root; when
+the process is root, the cluster runs as the ``postgres`` system user (through ``runuser``).
+"""
+
+from __future__ import annotations
+
+import glob
+import os
+import shutil
+import socket
+import subprocess
+import tempfile
+from collections.abc import Mapping
+from pathlib import Path
+from types import TracebackType
+from typing import Final, Literal
+
+from jobchain.errors import JobchainError
+
+StopMode = Literal["smart", "fast", "immediate"]
+
+DEFAULT_SETTINGS: Final[Mapping[str, str]] = {
+    "fsync": "off",  # a test cluster need not survive a power cut; a crash (immediate stop) it does
+    "max_connections": "200",
+    "shared_buffers": "128MB",
+}
+_TIMEOUT: Final = 120.0
+
+
+class PrivateServerError(JobchainError):
+    """A private PostgreSQL server could not be created, started or stopped."""
+
+
+def _bindir() -> Path:
+    pg_config = shutil.which("pg_config")
+    if pg_config is not None:
+        found = subprocess.run([pg_config, "--bindir"], capture_output=True, text=True, check=False)
+        candidate = Path(found.stdout.strip())
+        if found.returncode == 0 and (candidate / "initdb").exists():
+            return candidate
+    versions = sorted(glob.glob("/usr/lib/postgresql/*/bin"), key=lambda p: int(p.split("/")[-2]))
+    if versions:
+        return Path(versions[-1])
+    initdb = shutil.which("initdb")
+    if initdb is not None:
+        return Path(initdb).parent
+    raise PrivateServerError("PostgreSQL's server binaries (initdb, pg_ctl) are not installed")
+
+
+def free_port() -> int:
+    """A loopback TCP port nobody listens on right now."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port: int = sock.getsockname()[1]
+        return port
+
+
+class PrivateServer:
+    """A throw-away PostgreSQL cluster on 127.0.0.1 (see the module doc)."""
+
+    def __init__(self, *, settings: Mapping[str, str] | None = None, database: str = "test") -> None:
+        self.settings = {**DEFAULT_SETTINGS, **(settings or {})}
+        self.database = database
+        self.port = free_port()
+        self._bin = _bindir()
+        self._root = Path(tempfile.mkdtemp(prefix="jobchain-pg-"))
+        self.data_dir = self._root / "data"
+        self.log_file = self._root / "server.log"
+        self._as_user: list[str] = []
+        if os.geteuid() == 0:
+            self._as_user = ["runuser", "-u", "postgres", "--"]
+            shutil.chown(self._root, "postgres", "postgres")
+        self._initialized = False
+
+    @property
+    def url(self) -> str:
+        """``postgresql://postgres@127.0.0.1:PORT/DATABASE``."""
+        return f"postgresql://postgres@127.0.0.1:{self.port}/{self.database}"
+
+    def _run(self, tool: str, *args: str) -> None:
+        command = [*self._as_user, str(self._bin / tool), *args]
+        done = subprocess.run(command, capture_output=True, text=True, timeout=_TIMEOUT, check=False)
+        if done.returncode != 0:
+            log = self.log_file.read_text(errors="replace")[-2000:] if self.log_file.exists() else ""
+            raise PrivateServerError(f"{tool} failed ({done.returncode}): {done.stderr.strip()}\n{log}")
+
+    def start(self) -> None:
+        """Create the cluster on first use, then start it and wait until it accepts connections."""
+        if not self._initialized:
+            self._run("initdb", "-D", str(self.data_dir), "-A", "trust", "-U", "postgres", "-E", "UTF8")
+            with (self.data_dir / "postgresql.conf").open("a") as conf:
+                conf.write(f"\nport = {self.port}\nlisten_addresses = '127.0.0.1'\n")
+                conf.write(f"unix_socket_directories = '{self._root}'\n")
+                conf.writelines(f"{key} = '{value}'\n" for key, value in self.settings.items())
+        self._run("pg_ctl", "-D", str(self.data_dir), "-l", str(self.log_file), "-w", "-t", "120", "start")
+        if not self._initialized:
+            self._initialized = True
+            self._run("createdb", "-h", "127.0.0.1", "-p", str(self.port), "-U", "postgres", self.database)
+
+    def stop(self, mode: StopMode = "fast") -> None:
+        """Stop the server: ``fast`` disconnects clients cleanly, ``immediate`` is a crash."""
+        self._run("pg_ctl", "-D", str(self.data_dir), "-m", mode, "-w", "-t", "120", "stop")
+
+    def restart(self, mode: StopMode = "fast") -> None:
+        """Stop with ``mode``, then start again on the same port."""
+        self.stop(mode)
+        self.start()
+
+    def running(self) -> bool:
+        """True while the postmaster's pid file exists."""
+        return (self.data_dir / "postmaster.pid").exists()
+
+    def close(self) -> None:
+        """Stop the server if it runs and delete its directory."""
+        try:
+            if self._initialized and self.running():
+                self.stop("immediate")
+        finally:
+            shutil.rmtree(self._root, ignore_errors=True)
+
+    def __enter__(self) -> PrivateServer:
+        self.start()
+        return self
+
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        self.close()
+
+
+__all__ = ["PrivateServer", "PrivateServerError", "free_port"]
