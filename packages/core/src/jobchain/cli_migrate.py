@@ -28,5 +28,6 @@ def migrate_command(state: str | None) -> None:
     try:
         name = asyncio.run(_migrate(state))
     except JobchainError as exc:
-        raise click.ClickException(str(exc)) from exc
+        # One line: driver messages (libpq's "Is the server running…") span several.
+        raise click.ClickException(" ".join(str(exc).split())) from exc
     click.echo(f"migrated ({name})")

@@ -15,8 +15,9 @@ call ``render(hide_password=False)``.
 
 from __future__ import annotations
 
+import difflib
 import string
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Final
@@ -154,6 +155,37 @@ class BackendURL:
         return f"BackendURL({self.render()!r})"
 
 
+def check_query_keys(
+    url: BackendURL, known: Collection[str], *, backend: str, also: Collection[str] = (), also_note: str = ""
+) -> None:
+    """Raise InvalidURLError if ``url`` has a query key that is neither in ``known`` nor in ``also``.
+
+    The message names the key, a close match ("did you mean 'schema'?"), the valid keys of
+    ``backend`` and ``also_note`` (e.g. "libpq connection parameters are accepted too"), on one
+    line. Backends call it before connecting, so a typo never reaches the driver.
+    """
+    unknown = [key for key in url.query if key not in known and key not in also]
+    if not unknown:
+        return
+    key = unknown[0]
+    candidates = sorted(set(known) | set(also))
+    close = difflib.get_close_matches(key.lower(), candidates, n=1, cutoff=0.6)
+    text = f"unknown option {key!r}"
+    if len(unknown) > 1:
+        text += f" (and {', '.join(repr(k) for k in unknown[1:])})"
+    text += f" in {url}"
+    if close:
+        text += f" (did you mean {close[0]!r}?)"
+    text += (
+        f"; {backend} options are {', '.join(sorted(known))}"
+        if known
+        else f"; {backend} URLs take no options"
+    )
+    if also_note:
+        text += f"; {also_note}"
+    raise InvalidURLError(text)
+
+
 def mask_url(text: str) -> str:
     """Return ``text`` with its password (and ``?password=``-like values) replaced by ``***``.
 
@@ -246,4 +278,4 @@ def _parse_query(query: str, masked: str) -> Mapping[str, str]:
     return MappingProxyType(result)
 
 
-__all__ = ["MASK", "NONE_URL", "BackendURL", "mask_url"]
+__all__ = ["MASK", "NONE_URL", "BackendURL", "check_query_keys", "mask_url"]

@@ -2,6 +2,7 @@
 
 The same settings come from the URL query, e.g.
 ``nats://127.0.0.1:4222?prefix=app&kv_bucket=jobchain_hints&kv_create=true&kv_ttl=60``.
+Any other key is rejected with InvalidURLError naming a close match.
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ from datetime import timedelta
 from typing import Final
 
 from jobchain.errors import InvalidArgumentError, InvalidURLError
-from jobchain.url import BackendURL
+from jobchain.url import BackendURL, check_query_keys
 
 DEFAULT_PREFIX: Final = "jobchain"
 MAX_PAYLOAD_BYTES: Final = 1024
@@ -133,14 +134,10 @@ def parse_url(url: BackendURL | str) -> tuple[BackendURL, NatsNotifyOptions]:
         raise InvalidURLError(f"{parsed} names a driver ({parsed.driver!r}); the NATS backend takes none")
     if parsed.database is not None:
         raise InvalidURLError(f"{parsed} has a path ({parsed.database!r}); a NATS URL is nats://host:port")
+    check_query_keys(parsed, _QUERY_OPTIONS, backend="jobchain-nats")
     ours: dict[str, object] = {}
     for key, value in parsed.query.items():
-        convert = _QUERY_OPTIONS.get(key)
-        if convert is None:
-            raise InvalidURLError(
-                f"unknown query parameter {key!r} in {parsed}; "
-                f"NATS options are {', '.join(sorted(_QUERY_OPTIONS))}"
-            )
+        convert = _QUERY_OPTIONS[key]
         try:
             ours[key] = convert(value)
         except ValueError:

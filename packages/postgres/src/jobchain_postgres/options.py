@@ -2,20 +2,25 @@
 
 ``postgresql[+psycopg]://user:password@host:port/dbname?schema=jobs&table_prefix=jc_&claim=atomic-update``
 
-Query keys this module does not know are handed to libpq unchanged (``sslmode``,
-``application_name``, ``options``, ``connect_timeout`` …).
+Query keys that are libpq connection parameters (``sslmode``, ``application_name``,
+``options``, ``connect_timeout`` …; the list comes from the installed libpq) are handed to
+libpq unchanged; any other key is rejected with InvalidURLError before connecting, naming a
+close match. The state and the notify adapter accept each other's keys, so one URL can serve
+both roles.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
+from functools import cache
 from typing import Final, Literal, get_args
 
+import psycopg
 from psycopg.conninfo import make_conninfo
 
 from jobchain.errors import InvalidArgumentError, InvalidURLError
-from jobchain.url import BackendURL
+from jobchain.url import BackendURL, check_query_keys
 from jobchain_postgres._identifiers import check_name, check_prefix, check_schema
 
 Claim = Literal["skip-locked", "atomic-update"]
@@ -98,8 +103,17 @@ _NOTIFY_KEYS: Final = {"channel_prefix": "channel_prefix", "probe_timeout": "pro
 _ALL_KEYS: Final = frozenset(_STATE_KEYS) | frozenset(_NOTIFY_KEYS)
 
 
+@cache
+def libpq_keys() -> frozenset[str]:
+    """The connection parameters the installed libpq knows (``sslmode``, ``application_name`` …)."""
+    return frozenset(option.keyword.decode() for option in psycopg.pq.Conninfo.get_defaults())
+
+
 def parse_url(url: BackendURL | str) -> BackendURL:
-    """``url`` as a BackendURL whose scheme and driver this package serves."""
+    """``url`` as a BackendURL whose scheme and driver this package serves.
+
+    Raises InvalidURLError for a query key that is neither jobchain's nor libpq's.
+    """
     parsed = url if isinstance(url, BackendURL) else BackendURL.parse(url)
     if parsed.scheme not in SCHEMES:
         raise InvalidURLError(f"{parsed} is not a PostgreSQL URL; use postgresql://user@host/dbname")
@@ -107,6 +121,15 @@ def parse_url(url: BackendURL | str) -> BackendURL:
         raise InvalidURLError(
             f"{parsed} asks for driver {parsed.driver!r}; jobchain-postgres uses psycopg: postgresql+psycopg://…"
         )
+    check_query_keys(
+        parsed,
+        _ALL_KEYS,
+        backend="jobchain-postgres",
+        also=libpq_keys(),
+        also_note=(
+            "libpq connection parameters (sslmode, application_name, connect_timeout, …) are accepted too"
+        ),
+    )
     return parsed
 
 
@@ -116,7 +139,10 @@ def target(url: BackendURL, connect_timeout: float) -> Target:
     libpq.setdefault("connect_timeout", str(max(1, round(connect_timeout))))
     params: dict[str, str | int | None] = {"host": url.host, "port": url.port, "user": url.username}
     params.update({"password": url.password, "dbname": url.database, **libpq})
-    conninfo = make_conninfo("", **{key: value for key, value in params.items() if value is not None})
+    try:
+        conninfo = make_conninfo("", **{key: value for key, value in params.items() if value is not None})
+    except psycopg.Error as exc:  # a value libpq cannot parse; keys were checked in parse_url
+        raise InvalidURLError(f"{url.render(hide_password=True)}: {str(exc).strip()}") from None
     return Target(conninfo=conninfo, display=url.render(hide_password=True))
 
 
@@ -174,6 +200,7 @@ __all__ = [
     "NotifyOptions",
     "StateOptions",
     "Target",
+    "libpq_keys",
     "notify_options",
     "parse_url",
     "query_keys",

@@ -283,8 +283,9 @@ class PostgresStateAdapter:
         """Create or upgrade the schema; idempotent and safe when several processes start at once."""
         if self._closed:
             raise closed()
-        async with self._checkout() as connection:
-            await apply_migrations(connection, self.options.schema, self.options.table_prefix)
+        with translated():  # returning the connection to the pool may fail too: no driver error escapes
+            async with self._checkout() as connection:
+                await apply_migrations(connection, self.options.schema, self.options.table_prefix)
 
     async def vacuum(self) -> None:
         """VACUUM (ANALYZE) both job tables now; reads and writes continue meanwhile."""

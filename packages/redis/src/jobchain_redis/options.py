@@ -2,7 +2,8 @@
 
 The same settings come from the URL query (``redis://host:6379/0?prefix=app&hint_ttl=60``);
 query parameters the adapter does not own are passed to redis-py when redis-py knows them
-(``socket_keepalive``, ``health_check_interval``, …) and rejected otherwise.
+(``socket_keepalive``, ``health_check_interval``, …) and rejected otherwise, with
+InvalidURLError naming a close match.
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ from datetime import timedelta
 from typing import Final
 
 from jobchain.errors import InvalidArgumentError, InvalidURLError
-from jobchain.url import BackendURL
+from jobchain.url import BackendURL, check_query_keys
 
 DEFAULT_PREFIX: Final = "jobchain"
 MAX_PAYLOAD_BYTES: Final = 1024
@@ -122,9 +123,16 @@ def parse_url(url: BackendURL | str) -> tuple[BackendURL, RedisNotifyOptions]:
         raise InvalidURLError(
             f"the database of {parsed} must be a number (redis://host:6379/0), got {parsed.database!r}"
         )
+    driver_names = _driver_query_names()
+    check_query_keys(
+        parsed,
+        _QUERY_OPTIONS,
+        backend="jobchain-redis",
+        also=driver_names,
+        also_note=f"redis-py connection options are accepted too ({', '.join(sorted(driver_names))})",
+    )
     ours: dict[str, object] = {}
     theirs: dict[str, str] = {}
-    driver_names = _driver_query_names()
     for key, value in parsed.query.items():
         convert = _QUERY_OPTIONS.get(key)
         if convert is not None:
@@ -134,13 +142,8 @@ def parse_url(url: BackendURL | str) -> tuple[BackendURL, RedisNotifyOptions]:
                 raise InvalidURLError(
                     f"the query parameter {key}={value!r} of {parsed} is not valid"
                 ) from None
-        elif key in driver_names:
-            theirs[key] = value
         else:
-            raise InvalidURLError(
-                f"unknown query parameter {key!r} in {parsed}; jobchain options are "
-                f"{', '.join(sorted(_QUERY_OPTIONS))}, plus redis-py's connection options"
-            )
+            theirs[key] = value  # a redis-py option: check_query_keys let only those through
     try:
         options = RedisNotifyOptions(**ours)  # type: ignore[arg-type]  # values converted per field above
     except InvalidArgumentError as exc:

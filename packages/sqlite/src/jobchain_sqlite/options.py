@@ -9,7 +9,8 @@ URL forms::
 
 Query options: ``table_prefix`` (default ``jobchain_``), ``busy_timeout`` (seconds, default
 5), ``synchronous`` (``full`` default, or ``normal``: faster, and still never corrupt, but
-the last commits may roll back after a power loss), ``max_readers`` (default 4).
+the last commits may roll back after a power loss), ``max_readers`` (default 4). Any other
+key is rejected with InvalidURLError naming a close match.
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ from dataclasses import dataclass
 from typing import Final
 
 from jobchain.errors import InvalidURLError
-from jobchain.url import BackendURL
+from jobchain.url import BackendURL, check_query_keys
 from jobchain_sqlite.queries import validate_prefix
 
 DEFAULT_PREFIX: Final = "jobchain_"
@@ -74,11 +75,7 @@ class SqliteOptions:
             raise InvalidURLError(
                 f"{url} names no file; expected e.g. 'sqlite:///jobchain.db' or 'sqlite:///:memory:'"
             )
-        unknown = sorted(set(url.query) - set(_QUERY_KEYS))
-        if unknown:
-            raise InvalidURLError(
-                f"{url} has unknown option(s) {', '.join(unknown)}; known: {', '.join(_QUERY_KEYS)}"
-            )
+        check_query_keys(url, _QUERY_KEYS, backend="jobchain-sqlite")
         query = url.query
         try:
             busy_timeout = float(query.get("busy_timeout", "5"))

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING
 
 from jobchain.errors import InvalidURLError
 from jobchain.memory.notify import MemoryNotifyAdapter
-from jobchain.url import BackendURL
+from jobchain.url import BackendURL, check_query_keys
 
 if TYPE_CHECKING:
     from jobchain.memory.state import MemoryStateAdapter
@@ -25,6 +25,9 @@ _shared_notify: dict[str, MemoryNotifyAdapter] = {}
 
 
 def _shared_name(url: BackendURL) -> str | None:
+    check_query_keys(
+        url, (), backend="memory://", also_note="they take only an optional name: memory:// or memory://NAME"
+    )
     extras = [
         label
         for label, value in (
@@ -32,7 +35,6 @@ def _shared_name(url: BackendURL) -> str | None:
             ("user", url.username),
             ("port", url.port),
             ("path", url.database),
-            ("query", dict(url.query) or None),
         )
         if value is not None
     ]
