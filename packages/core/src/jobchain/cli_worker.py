@@ -13,7 +13,7 @@ from typing import Any
 import click
 
 from jobchain.cli_common import NOTIFY_URL_HELP, STATE_URL_HELP
-from jobchain.errors import InvalidArgumentError, JobchainError
+from jobchain.errors import InvalidArgumentError, JobchainError, SchemaNotMigratedError
 from jobchain.job_types import JobTypes
 from jobchain.worker.processors import Processors
 
@@ -99,7 +99,13 @@ async def run_worker(
     prefetch: int = 0,
     name: str,
     poll_interval: float,
+    migrate: bool = False,
 ) -> None:
+    """Run a worker until SIGINT/SIGTERM, or until it stops on its own error (raised here).
+
+    ``migrate`` applies the state backend's migrations first, with the adapter's own
+    ``migrate()`` — what ``jobchain migrate`` runs.
+    """
     from jobchain.client import connect
     from jobchain.worker.loop import Worker
 
@@ -107,8 +113,11 @@ async def run_worker(
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(sig, stop.set)
-    client = await connect(state, notify=notify, job_types=job_types)
+    log = logging.getLogger("jobchain.worker")
+    client = await connect(state, notify=notify, job_types=job_types, migrate=migrate or None)
     async with client:
+        if migrate:
+            log.info("migrated the state backend (%s)", type(client.state).__name__)
         worker = Worker(
             client,
             slices,
@@ -118,15 +127,45 @@ async def run_worker(
             poll_interval=poll_interval,
         )
         await worker.start()
-        logging.getLogger("jobchain.worker").info(
+        log.info(
             "worker %s processing %s on %s",
             worker.worker_id,
-            ", ".join(sorted(job_types.names())),
+            ", ".join(worker.type_names),
             type(loop).__module__.partition(".")[0],
         )
-        await stop.wait()
-        logging.getLogger("jobchain.worker").info("stopping worker %s", worker.worker_id)
-        await worker.stop()
+        stopped = asyncio.ensure_future(stop.wait())
+        ended = asyncio.ensure_future(worker.wait())
+        try:
+            await asyncio.wait({stopped, ended}, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            stopped.cancel()
+            if not ended.done():
+                log.info("stopping worker %s", worker.worker_id)
+            await worker.stop()
+            ended.cancel()
+            await asyncio.gather(stopped, ended, return_exceptions=True)
+        error = ended.exception() if ended.done() and not ended.cancelled() else None
+        if error is not None:
+            raise error
+
+
+def unmigrated_message(error: SchemaNotMigratedError, state: str | None) -> str:
+    """One line for a worker whose state backend was never migrated: what to run instead."""
+    from jobchain.connect_backends import resolve_state_url
+
+    try:
+        shown = str(resolve_state_url(state))  # the password, if any, is masked
+    except JobchainError:
+        shown = "URL"
+    text = " ".join(str(error).split())
+    command = f"run `jobchain migrate --state {shown}` first, or start the worker with --migrate"
+    if GENERIC_HINT in text:
+        return text.replace(GENERIC_HINT, command)
+    return f"{text}; {command}"
+
+
+GENERIC_HINT = "run `jobchain migrate --state URL` (or `await adapter.migrate()`) first"
+"""The hint the bundled adapters put in SchemaNotMigratedError; the CLI names the real URL."""
 
 
 @click.command("worker")
@@ -155,6 +194,12 @@ async def run_worker(
 @click.option("--name", default="worker", show_default=True, help="Readable worker name (a suffix is added).")
 @click.option("--poll-interval", default=60.0, show_default=True, type=click.FloatRange(min=0.001))
 @click.option("--log-level", default="INFO", show_default=True)
+@click.option(
+    "--migrate",
+    is_flag=True,
+    default=False,
+    help="Apply the state backend's migrations first (what `jobchain migrate` does).",
+)
 def worker_command(
     target: str,
     job_types_target: str | None,
@@ -166,6 +211,7 @@ def worker_command(
     name: str,
     poll_interval: float,
     log_level: str,
+    migrate: bool,
 ) -> None:
     """Run a worker for the processors at TARGET (MODULE:ATTRIBUTE) until SIGINT/SIGTERM."""
     logging.basicConfig(level=log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
@@ -183,8 +229,11 @@ def worker_command(
                 prefetch=prefetch,
                 name=name,
                 poll_interval=poll_interval,
+                migrate=migrate,
             ),
             loop_name,
         )
+    except SchemaNotMigratedError as exc:
+        raise click.ClickException(unmigrated_message(exc, state)) from exc
     except JobchainError as exc:
         raise click.ClickException(str(exc)) from exc

@@ -207,6 +207,10 @@ class TransientStateError(JobchainError):
     """The state backend failed transiently (connection lost, serialization failure); retry."""
 
 
+class SchemaNotMigratedError(JobchainError):
+    """The state backend's jobchain tables are missing; run `jobchain migrate --state URL` first."""
+
+
 class BackendUnreachableError(JobchainError):
     """A backend server could not be reached; start it, fix host and port, or allow more attempts."""
 
@@ -237,6 +241,7 @@ __all__ = [
     "LeaseLostError",
     "NotJsonSerializableError",
     "RescheduleJobError",
+    "SchemaNotMigratedError",
     "TransactionRequiredError",
     "TransientStateError",
     "UnknownJobTypeError",

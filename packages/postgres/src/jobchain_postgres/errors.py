@@ -23,18 +23,19 @@ from jobchain.errors import (
     JobchainError,
     TransientStateError,
 )
+from jobchain.errors import SchemaNotMigratedError as CoreSchemaNotMigratedError
 
 _KEY_VALUE = re.compile(r"Key \((?P<columns>[^)]*)\)=\((?P<values>[^)]*)\)")
 
-MIGRATE_HINT = "run `jobchain migrate` or `await adapter.migrate()` first"
+MIGRATE_HINT = "run `jobchain migrate --state URL` (or `await adapter.migrate()`) first"
 
 
 class PostgresStateError(JobchainError):
     """PostgreSQL refused a statement; the message carries the server's reason and SQLSTATE."""
 
 
-class SchemaNotMigratedError(JobchainError):
-    """The jobchain tables are missing here; run `jobchain migrate` or `await adapter.migrate()`."""
+class SchemaNotMigratedError(CoreSchemaNotMigratedError):
+    """The jobchain tables are missing here; run `jobchain migrate --state URL` or `adapter.migrate()`."""
 
 
 class StatementTimeoutError(TransientStateError):
@@ -80,7 +81,11 @@ def translate(error: BaseException, *, ids: Sequence[str] = ()) -> BaseException
     if isinstance(error, psycopg.errors.ForeignKeyViolation):
         return _missing_chain(error)
     if isinstance(error, (pg.UndefinedTable, pg.UndefinedObject, pg.InvalidSchemaName)):
-        return SchemaNotMigratedError(f"{_describe(error)}; the jobchain schema is missing: {MIGRATE_HINT}")
+        # One line: the server's primary message, without the LINE/caret context lines.
+        reason = error.diag.message_primary or str(error).strip().splitlines()[0]
+        return SchemaNotMigratedError(
+            f"the jobchain tables are missing ({reason}, SQLSTATE {error.sqlstate}): {MIGRATE_HINT}"
+        )
     if isinstance(error, pg.QueryCanceled):
         return StatementTimeoutError(f"statement cancelled: {_describe(error)}")
     if isinstance(error, (pg.SerializationFailure, pg.DeadlockDetected, pg.LockNotAvailable)):

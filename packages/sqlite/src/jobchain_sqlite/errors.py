@@ -11,6 +11,7 @@ from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 
 from jobchain.errors import DuplicateJobIdError, JobchainError, TransientStateError
+from jobchain.errors import SchemaNotMigratedError as CoreSchemaNotMigratedError
 
 
 class SqliteStateError(JobchainError):
@@ -33,8 +34,8 @@ class SchemaTooNewError(SqliteStateError):
     """The database was migrated by a newer jobchain-sqlite; upgrade this library."""
 
 
-class SchemaNotMigratedError(SqliteStateError):
-    """The jobchain tables do not exist; run ``jobchain migrate`` or ``await adapter.migrate()``."""
+class SchemaNotMigratedError(SqliteStateError, CoreSchemaNotMigratedError):
+    """The jobchain tables do not exist; run ``jobchain migrate --state URL`` or ``adapter.migrate()``."""
 
 
 class SqliteVersionError(SqliteStateError):
@@ -88,7 +89,8 @@ def translate(exc: BaseException, path: str, prefix: str, job_ids: Sequence[str]
         )
     if "no such table" in lowered and prefix.lower() in lowered:
         return SchemaNotMigratedError(
-            f"{where} has no jobchain tables ({message}); run `jobchain migrate` or await adapter.migrate()",
+            f"{where} has no jobchain tables ({message}); "
+            "run `jobchain migrate --state URL` (or `await adapter.migrate()`) first",
             path,
         )
     if "readonly database" in lowered or "unable to open database" in lowered:

@@ -37,7 +37,8 @@ from jobchain.worker.abort import AbortReason, AbortSignal, AttemptAbortedError
 from jobchain.worker.processors import run_wrapped
 
 if TYPE_CHECKING:
-    from jobchain.client import Client
+    from jobchain.client import ChainStart, ChainStarted, Client
+    from jobchain.entities import Deduplication
     from jobchain.job_types import JobType
     from jobchain.transactions import Transaction
     from jobchain.worker.completer import CompletionGroups
@@ -102,6 +103,15 @@ class Attempt(Generic[I, O]):
         return self._mode
 
     @property
+    def client(self) -> Client:
+        """The client of the worker running this attempt: query, start or await other chains.
+
+        To start chains, prefer :meth:`start_chain`, which writes in the attempt's own
+        transaction when one is open.
+        """
+        return self._client
+
+    @property
     def transaction(self) -> Transaction | None:
         """The open attempt transaction (atomic mode, or during complete), else None."""
         return self._tx
@@ -110,6 +120,48 @@ class Attempt(Generic[I, O]):
         """The job's blocker chains in declaration order, completed, with their outputs."""
         async with self._client.state.transaction(read_only=True) as tx:
             return await tx.job_blockers_get(JobBlockersGet(job_id=self.job.id))
+
+    async def start_chain(
+        self,
+        job_type: JobType[I2, Any],
+        input: I2,
+        *,
+        id: str | None = None,
+        deduplication: Deduplication | None = None,
+        schedule: Schedule | None = None,
+        blockers: Sequence[Chain | str] = (),
+    ) -> ChainStarted:
+        """Start a chain from the handler (fan-out), with the arguments of ``Client.start_chain``.
+
+        In atomic mode (and inside complete) the chain is written in the attempt's own
+        transaction: a failed attempt leaves no chain behind, and ``continue_with(...,
+        blockers=[...])`` commits together with it. Otherwise (staged mode) it commits in a
+        transaction of its own before this returns, so a retried attempt starts it again:
+        pass ``deduplication`` to make that idempotent. Called before the handler chose a mode,
+        it selects staged mode, as any other first await does.
+        """
+        from jobchain.client import ChainStart
+
+        start = ChainStart(
+            job_type=job_type,
+            input=input,
+            id=id,
+            deduplication=deduplication,
+            schedule=schedule,
+            blockers=blockers,
+        )
+        [started] = await self.start_chains([start])
+        return started
+
+    async def start_chains(self, starts: Sequence[ChainStart[Any]]) -> list[ChainStarted]:
+        """Start several chains in one round trip (see :meth:`start_chain`); results keep order."""
+        if not self._prepared:
+            await self.auto_setup()
+        self.signal.raise_if_aborted()
+        if self._tx is not None:
+            return await self._client.start_chains(self._tx, starts)
+        async with self._client.transaction() as tx:
+            return await self._client.start_chains(tx, starts)
 
     async def prepare(
         self, mode: Mode = "staged", callback: Callable[[Transaction], Awaitable[Any]] | None = None

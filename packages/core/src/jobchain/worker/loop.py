@@ -27,6 +27,7 @@ from jobchain.entities import Job, Schedule
 from jobchain.errors import (
     InvalidArgumentError,
     JobchainError,
+    SchemaNotMigratedError,
     UnknownJobTypeError,
 )
 from jobchain.worker.abort import AbortReason
@@ -167,6 +168,9 @@ class Worker:
             raise InvalidArgumentError("worker already started")
         self._emit("worker_started", {})
         self._loop_task = asyncio.create_task(self._run(), name=f"jobchain-worker-{self.worker_id}")
+        # A loop that ended on its own error is reported by wait()/stop(); mark it retrieved so
+        # asyncio does not also complain about it when nobody waits.
+        self._loop_task.add_done_callback(_retrieve)
 
     async def stop(self) -> None:
         """Stop claiming, let in-flight attempts finish (up to ``shutdown_timeout``), release the rest."""
@@ -187,8 +191,22 @@ class Worker:
         await asyncio.gather(*self._pending_hint_checks, return_exceptions=True)
         self._emit("worker_stopped", {})
 
+    async def wait(self) -> None:
+        """Wait until the worker's loop ends: after :meth:`stop`, or on its own.
+
+        The loop ends on its own only for an error no retry can fix — the state backend's
+        tables are missing (SchemaNotMigratedError) — and that error is raised here. Call
+        :meth:`stop` afterwards to finish in-flight attempts and release buffered jobs.
+        """
+        if self._loop_task is None:
+            raise InvalidArgumentError("worker not started; call start() first")
+        await asyncio.shield(self._loop_task)
+
     async def run_until_stopped(self) -> None:
-        """Run in the foreground until cancelled (then stop gracefully)."""
+        """Run in the foreground until cancelled (then stop gracefully).
+
+        Raises SchemaNotMigratedError (after stopping) if the loop ended on its own.
+        """
         await self.start()
         try:
             assert self._loop_task is not None
@@ -202,6 +220,11 @@ class Worker:
 
     async def __aexit__(self, *exc: object) -> None:
         await self.stop()
+
+    @property
+    def type_names(self) -> list[str]:
+        """The job types this worker serves (its processors' types), sorted."""
+        return list(self._type_names)
 
     @property
     def inflight_job_ids(self) -> list[str]:
@@ -218,6 +241,11 @@ class Worker:
                 await self._cycle()
                 failures = 0
             except asyncio.CancelledError:
+                raise
+            except SchemaNotMigratedError as error:
+                # No retry creates the tables: stop instead of backing off forever.
+                log.error("worker %s stops: %s", self.worker_id, error)
+                self._emit("worker_error", {"error": repr(error), "fatal": True})
                 raise
             except Exception as error:
                 # The database or broker failed: back off and try again, never die.
@@ -547,6 +575,11 @@ class Worker:
                 observer.on_event(event)
             except Exception:
                 log.exception("observer %r failed", observer)
+
+
+def _retrieve(task: asyncio.Task[None]) -> None:
+    if not task.cancelled():
+        task.exception()
 
 
 def _level(event_name: str) -> int:
