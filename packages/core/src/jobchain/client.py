@@ -54,6 +54,7 @@ from jobchain.errors import (
     JobNotTriggerableError,
 )
 from jobchain.job_types import JobType, JobTypes
+from jobchain.joined import JoinedFlushes
 from jobchain.transactions import Transaction, TransactionHooks
 
 I = TypeVar("I")  # noqa: E741 -- conventional input type variable name
@@ -113,6 +114,7 @@ class Client(ClientQueries):
         self._announce_on = (
             notify.announce_channel_for(state) if isinstance(notify, AnnouncesWithinState) else None
         )
+        self._joined = JoinedFlushes(state)
 
     # ------------------------------------------------------------ lifecycle
 
@@ -126,7 +128,9 @@ class Client(ClientQueries):
         transaction) jobchain writes there and does not commit: your commit decides. Its
         notifications then go out after your commit if the backend can observe commits
         (SQLAlchemy sessions can); otherwise call ``await tx.flush()`` after committing —
-        until then workers still find the jobs by polling.
+        until then workers still find the jobs by polling. Forgotten, it logs one WARNING
+        per client, and wake-ups of a transaction that started a chain are sent late once
+        jobchain sees that chain committed (see ``jobchain.joined``).
 
         ``autocommit=True`` is for a unit of work that is one operation (say, starting a batch
         of chains): each operation commits on its own as it returns, which saves the BEGIN
@@ -164,7 +168,10 @@ class Client(ClientQueries):
             return
         register = getattr(self.state, "after_commit", None)
         if register is None or not register(connection, flush, hooks.discard):
-            tx.defer_flush(flush)
+            if hooks.pending:
+                self._joined.track(tx, connection, flush)
+            else:
+                tx.defer_flush(flush)
 
     async def close(self) -> None:
         """Close the notify adapter, then the state adapter (idempotent)."""
@@ -172,6 +179,7 @@ class Client(ClientQueries):
             return
         self._closed = True
         try:
+            await self._joined.close()  # before notify closes: it may still send late wake-ups
             if self.notify is not None:
                 await self.notify.close()
         finally:
@@ -239,6 +247,9 @@ class Client(ClientQueries):
         )
         existing = await self._existing_chains(tx, [c.job.chain_id for c in created if c.deduplicated])
         hooks = tx.hooks
+        new_root = next((c.job for c in created if not c.deduplicated), None)
+        if new_root is not None:
+            hooks.witness(new_root.id)  # finding it later proves a joined transaction committed
         if not hooks.records_events:
             # Nobody observes: the only side effect is a wake-up per type, buffered once per
             # type with the batch's count (what one call per job adds up to).

@@ -50,6 +50,7 @@ class Checkpoint:
     ownership_lost: tuple[str, ...]
     events: int
     hooks: dict[object, tuple[Hook[Any], Any]] = field(default_factory=dict)
+    witnesses: int = 0
 
 
 class TransactionHooks:
@@ -68,6 +69,7 @@ class TransactionHooks:
         self._ownership_lost: dict[str, None] = {}
         self._events: list[Event] = []
         self._hooks: dict[object, Hook[Any]] = {}
+        self._witnesses: list[str] = []
         self._closed = False
 
     # ------------------------------------------------------------ built-in buffers
@@ -93,6 +95,28 @@ class TransactionHooks:
         self._check_open()
         if self.records_events:
             self._events.append(Event(name, dict(attributes)))
+
+    def witness(self, chain_id: str) -> None:
+        """Remember a chain this transaction created: finding it later proves the commit.
+
+        Kept once (the first); a savepoint rollback forgets a witness created inside it.
+        Used for joined transactions, whose commit jobchain cannot see (see ``jobchain.joined``).
+        """
+        self._check_open()
+        if not self._witnesses:
+            self._witnesses.append(chain_id)
+
+    @property
+    def witness_id(self) -> str | None:
+        """The chain remembered by :meth:`witness`, if any."""
+        return self._witnesses[0] if self._witnesses else None
+
+    @property
+    def pending(self) -> bool:
+        """True while something waits to be flushed (a wake-up, an event or a hook)."""
+        return bool(
+            self._scheduled or self._chains_completed or self._ownership_lost or self._events or self._hooks
+        )
 
     @property
     def scheduled(self) -> dict[str, int]:
@@ -149,6 +173,7 @@ class TransactionHooks:
             chains_completed=tuple(self._chains_completed),
             ownership_lost=tuple(self._ownership_lost),
             events=len(self._events),
+            witnesses=len(self._witnesses),
             hooks={
                 key: (hook, hook.snapshot(hook.state) if hook.snapshot else hook.state)
                 for key, hook in self._hooks.items()
@@ -161,6 +186,7 @@ class TransactionHooks:
         self._chains_completed = dict.fromkeys(checkpoint.chains_completed)
         self._ownership_lost = dict.fromkeys(checkpoint.ownership_lost)
         del self._events[checkpoint.events :]
+        del self._witnesses[checkpoint.witnesses :]
         for key, hook in list(self._hooks.items()):
             if key not in checkpoint.hooks or checkpoint.hooks[key][0] is not hook:
                 _discard(key, hook)
@@ -244,6 +270,7 @@ class TransactionHooks:
         self._ownership_lost = {}
         self._events = []
         self._hooks = {}
+        self._witnesses = []
 
     def _check_open(self) -> None:
         if self._closed:
