@@ -168,7 +168,7 @@ class Client(ClientQueries):
             return
         register = getattr(self.state, "after_commit", None)
         if register is None or not register(connection, flush, hooks.discard):
-            if hooks.pending:
+            if hooks.pending(notify=self.notify is not None):
                 self._joined.track(tx, connection, flush)
             else:
                 tx.defer_flush(flush)

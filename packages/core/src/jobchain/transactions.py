@@ -111,12 +111,10 @@ class TransactionHooks:
         """The chain remembered by :meth:`witness`, if any."""
         return self._witnesses[0] if self._witnesses else None
 
-    @property
-    def pending(self) -> bool:
-        """True while something waits to be flushed (a wake-up, an event or a hook)."""
-        return bool(
-            self._scheduled or self._chains_completed or self._ownership_lost or self._events or self._hooks
-        )
+    def pending(self, *, notify: bool = True) -> bool:
+        """True while something waits to be flushed: an event, a hook, or (with ``notify``) a wake-up."""
+        wakeups = notify and bool(self._scheduled or self._chains_completed or self._ownership_lost)
+        return wakeups or bool(self._events or self._hooks)
 
     @property
     def scheduled(self) -> dict[str, int]:
