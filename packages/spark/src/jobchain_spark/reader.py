@@ -1,34 +1,32 @@
-"""The read side of the ``jobchain`` data source: options, filter pushdown, range partitions.
+"""The read side of the ``jobchain`` data source: options and balanced range partitions.
 
-Each Spark partition is one range scan: by ``id`` (the UUID space cut into equal ranges) or
-by ``created_at`` (MIN..MAX of the filtered rows cut into equal spans). The first range has
-no lower bound and the last none above, so rows outside the planned span (non-UUID ids, rows
-created after planning) still land in exactly one partition: no row is missed or read twice.
+Each Spark partition is one index range scan on a split key: ``(created_at, id)`` by default,
+or the id alone with ``partitioning=id``. The boundaries are quantiles of the key, computed
+on the driver in ONE query when Spark plans the read (one ordered pass over the key's index),
+so every partition holds about the same number of rows, whatever the ids or timestamps look
+like: jobchain's ids are time-ordered (UUID version 7), and a burst of chains started after
+one old row would otherwise land in one partition. The first range has no lower bound and the
+last none above, so rows created after planning (or before) still land in exactly one
+partition: no row is missed or read twice.
+
+Filters are not pushed into SQL. Spark 4.x keeps the plan of a DataFrame's last filter
+pushdown on the data source object that every later query of that DataFrame shares, and a
+later query that pushes no filter (``df.count()``) reuses it, so it would read only the rows
+of the earlier filter. Spark applies every filter itself, after reading, per query.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
-from datetime import datetime
-from typing import Any, Final
+from typing import Final
 
 import pyarrow as pa
-from pyspark.sql.datasource import (
-    DataSourceReader,
-    EqualTo,
-    Filter,
-    GreaterThan,
-    GreaterThanOrEqual,
-    In,
-    InputPartition,
-    LessThan,
-    LessThanOrEqual,
-)
+from pyspark.sql.datasource import DataSourceReader, InputPartition
 from pyspark.sql.pandas.types import to_arrow_schema
 
-from jobchain_spark.dialects import Dialect, Predicate, dialect_for
-from jobchain_spark.dialects.base import EXPRESSIONS, Op, uuid_boundaries
+from jobchain_spark.dialects import Dialect, dialect_for
+from jobchain_spark.dialects.base import KeyRange
 from jobchain_spark.errors import SparkOptionError
 from jobchain_spark.tables import SPLIT_COLUMNS, spark_schema, table_columns
 
@@ -36,13 +34,6 @@ DEFAULT_PARTITIONS: Final = 4
 MAX_PARTITIONS: Final = 10_000
 DEFAULT_FETCH_SIZE: Final = 10_000
 PARTITIONINGS: Final = ("created_at", "id")
-
-_RANGE_FILTERS: Final[dict[type[Filter], Op]] = {
-    GreaterThan: ">",
-    GreaterThanOrEqual: ">=",
-    LessThan: "<",
-    LessThanOrEqual: "<=",
-}
 
 
 def _int_option(options: Mapping[str, str], name: str, default: int, maximum: int) -> int:
@@ -86,81 +77,45 @@ class ReadOptions:
         )
 
 
-def to_predicate(table: str, f: Filter) -> Predicate | None:
-    """The predicate for a Spark filter this source applies exactly, or None to leave it to Spark."""
-    attribute: tuple[str, ...] = tuple(getattr(f, "attribute", ()))
-    if len(attribute) != 1 or attribute[0] not in EXPRESSIONS[table]:
-        return None
-    column = attribute[0]
-    kind = next(c.kind for c in table_columns(table) if c.name == column)
-    value = getattr(f, "value", None)
-    if kind == "time":
-        op = "=" if isinstance(f, EqualTo) else _RANGE_FILTERS.get(type(f))
-        # A naive datetime's zone is ambiguous here; Spark evaluates that filter itself.
-        if op is None or not isinstance(value, datetime) or value.tzinfo is None:
-            return None
-        return Predicate(column, op, value)
-    if isinstance(f, EqualTo) and isinstance(value, str):
-        return Predicate(column, "=", value)
-    if isinstance(f, In) and all(isinstance(v, str) for v in f.value):
-        return Predicate(column, "in", tuple(f.value))
-    return None
+def split_key(table: str, partitioning: str) -> tuple[str, ...]:
+    """The output columns a ``partitioning`` of ``table`` splits on, most significant first."""
+    ident = SPLIT_COLUMNS[table]["id"]
+    return (ident,) if partitioning == "id" else ("created_at", ident)
+
+
+def key_ranges(keys: tuple[str, ...], bounds: Sequence[tuple[object, ...]]) -> list[KeyRange]:
+    """``len(bounds) + 1`` adjacent ranges; the first has no lower bound, the last none above."""
+    edges: list[tuple[object, ...] | None] = [None, *bounds, None]
+    return [KeyRange(keys, edges[i], edges[i + 1]) for i in range(len(edges) - 1)]
 
 
 class JobchainReader(DataSourceReader):
-    """Reads one job-history table in parallel range partitions (see module doc)."""
+    """Reads one job-history table in balanced range partitions (see module doc)."""
 
     def __init__(self, options: ReadOptions) -> None:
         self.options = options
-        self.predicates: list[Predicate] = []
-
-    def pushFilters(self, filters: list[Filter]) -> Iterable[Filter]:  # noqa: N802 -- Spark's name
-        for f in filters:
-            predicate = to_predicate(self.options.table, f)
-            if predicate is None:
-                yield f
-            else:
-                self.predicates.append(predicate)
 
     def partitions(self) -> Sequence[InputPartition]:
-        ranges = self._ranges()
-        return [InputPartition(tuple(r)) for r in ranges]
+        return [InputPartition(r) for r in self.ranges()]
 
-    def _ranges(self) -> list[list[Predicate]]:
+    def ranges(self) -> list[KeyRange]:
+        """The key ranges of the partitions: quantile boundaries from one query (see module doc)."""
         opts = self.options
-        column = SPLIT_COLUMNS[opts.table][opts.partitioning]
-        count = opts.partitions
-        if count == 1:
-            return [[]]
-        bounds: list[Any]
-        if opts.partitioning == "id":
-            bounds = list(uuid_boundaries(count))
-        else:
-            with opts.dialect.connect() as conn:
-                span = opts.dialect.time_range(conn, opts.table, column, self.predicates)
-            if span is None or span[0] == span[1]:
-                return [[]]
-            low, high = span
-            step = (high - low) / count
-            bounds = sorted({low + step * i for i in range(1, count)})
-        ranges: list[list[Predicate]] = []
-        for i in range(len(bounds) + 1):
-            part: list[Predicate] = []
-            if i > 0:
-                part.append(Predicate(column, ">=", bounds[i - 1]))
-            if i < len(bounds):
-                part.append(Predicate(column, "<", bounds[i]))
-            ranges.append(part)
-        return ranges
+        keys = split_key(opts.table, opts.partitioning)
+        if opts.partitions == 1:
+            return [KeyRange(keys)]
+        with opts.dialect.connect() as conn:
+            bounds = opts.dialect.split_keys(conn, opts.table, keys, opts.partitions)
+        return key_ranges(keys, bounds)
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         opts = self.options
         schema = to_arrow_schema(spark_schema(opts.table), timezone="UTC")
-        predicates = [*self.predicates, *partition.value]
-        statement, params = opts.dialect.query(opts.table, predicates)
+        key_range: KeyRange = partition.value
+        statement, params = opts.dialect.query(opts.table, (), key_range)
         with opts.dialect.connect() as conn:
             for rows in opts.dialect.stream(conn, statement, params, opts.fetch_size):
                 yield opts.dialect.arrow_batch(opts.table, rows, schema)
 
 
-__all__ = ["JobchainReader", "ReadOptions", "to_predicate"]
+__all__ = ["JobchainReader", "ReadOptions", "key_ranges", "split_key"]

@@ -22,7 +22,6 @@ if TYPE_CHECKING:
     from pyspark.sql import Column, DataFrame, SparkSession
 
 NAME: Final = "jobchain"
-PUSHDOWN_CONF: Final = "spark.sql.python.filterPushdown.enabled"
 
 
 class JobchainDataSource(DataSource):
@@ -49,8 +48,7 @@ class JobchainDataSource(DataSource):
 
 
 def register(spark: SparkSession) -> None:
-    """Register the ``jobchain`` format on ``spark`` and enable Python filter pushdown."""
-    spark.conf.set(PUSHDOWN_CONF, "true")
+    """Register the ``jobchain`` format on ``spark``."""
     spark.dataSource.register(JobchainDataSource)
 
 

@@ -12,7 +12,6 @@ from abc import ABC, abstractmethod
 from collections.abc import Iterator, Sequence
 from contextlib import AbstractContextManager
 from dataclasses import dataclass
-from datetime import datetime
 from functools import cache
 from importlib.resources import files
 from typing import Any, Final, Literal
@@ -88,9 +87,18 @@ def valid_statuses(values: Sequence[object]) -> list[str]:
     return [v for v in values if isinstance(v, str) and v in _STATUSES]
 
 
-def uuid_boundaries(count: int) -> list[str]:
-    """``count - 1`` UUIDs that cut the id space into ``count`` equal ranges."""
-    return [str(uuid.UUID(int=(i << 128) // count)) for i in range(1, count)]
+@dataclass(frozen=True, slots=True)
+class KeyRange:
+    """The rows whose split key lies in ``[lower, upper)``; None is an open end.
+
+    ``keys`` are output columns of the table (``created_at`` then the id column, or the id
+    column alone); ``lower`` and ``upper`` hold the raw database values of those columns, as
+    :meth:`Dialect.split_keys` returned them, so comparing them never converts a value.
+    """
+
+    keys: tuple[str, ...]
+    lower: tuple[Any, ...] | None = None
+    upper: tuple[Any, ...] | None = None
 
 
 @cache
@@ -118,8 +126,11 @@ class Dialect(ABC):
         """A read-only connection (closed on exit)."""
 
     @abstractmethod
-    def query(self, table: str, predicates: Sequence[Predicate]) -> tuple[Any, Sequence[Any]]:
-        """The read statement for ``table`` with ``predicates`` ANDed, and its parameters."""
+    def query(
+        self, table: str, predicates: Sequence[Predicate], key_range: KeyRange | None = None
+    ) -> tuple[Any, Sequence[Any]]:
+        """The read statement for ``table`` with ``predicates`` and ``key_range`` ANDed, and its
+        parameters. A bounded key range is an index range scan on the split key."""
 
     @abstractmethod
     def stream(
@@ -128,10 +139,9 @@ class Dialect(ABC):
         """Run ``statement`` and yield its rows in lists of at most ``size`` (streamed, not loaded)."""
 
     @abstractmethod
-    def time_range(
-        self, conn: Any, table: str, column: str, predicates: Sequence[Predicate]
-    ) -> tuple[datetime, datetime] | None:
-        """MIN and MAX of time ``column`` over the filtered rows, or None when there are none."""
+    def split_keys(self, conn: Any, table: str, keys: tuple[str, ...], parts: int) -> list[tuple[Any, ...]]:
+        """In one query, the first key (in ``keys`` order) of each of ``parts`` equal slices of
+        ``table``'s rows, the first slice excepted: at most ``parts - 1`` sorted, distinct keys."""
 
     times_as_text: bool = False
     """True when the driver returns times as ISO-8601 text (converted by Arrow, not Python)."""
@@ -161,10 +171,10 @@ __all__ = [
     "EXPRESSIONS",
     "RANGE_OPS",
     "Dialect",
+    "KeyRange",
     "Op",
     "Predicate",
     "canonical_uuids",
     "sql_template",
-    "uuid_boundaries",
     "valid_statuses",
 ]

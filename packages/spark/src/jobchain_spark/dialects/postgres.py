@@ -10,13 +10,13 @@ from __future__ import annotations
 import uuid
 from collections.abc import Iterator, Sequence
 from contextlib import AbstractContextManager, contextmanager
-from datetime import datetime
 from typing import Any
 
 from jobchain.url import BackendURL
 from jobchain_spark.dialects.base import (
     EXPRESSIONS,
     Dialect,
+    KeyRange,
     Predicate,
     canonical_uuids,
     sql_template,
@@ -48,20 +48,31 @@ class PostgresDialect(Dialect):
     def connect(self) -> AbstractContextManager[Any]:
         return self._connection()
 
-    def query(self, table: str, predicates: Sequence[Predicate]) -> tuple[Any, list[Any]]:
+    def _template(self, name: str, **fragments: Any) -> Any:
+        from psycopg import sql
+
+        _conninfo, schema, prefix = self._settings()
+        # The template ships with this package; identifiers are quoted by psycopg.sql.
+        template = sql.SQL(sql_template("postgres", name))
+        return template.format(
+            job=sql.Identifier(schema, prefix + "job"),
+            job_blocker=sql.Identifier(schema, prefix + "job_blocker"),
+            **fragments,
+        )
+
+    def query(
+        self, table: str, predicates: Sequence[Predicate], key_range: KeyRange | None = None
+    ) -> tuple[Any, list[Any]]:
         from psycopg import sql
 
         _conninfo, schema, prefix = self._settings()
         where, params = self._where(table, predicates, schema, prefix)
-        # The template ships with this package; identifiers are quoted by psycopg.sql.
-        text = sql_template("postgres", f"{table}_read")
-        template = sql.SQL(text)  # a file shipped with this package
-        statement = template.format(
-            job=sql.Identifier(schema, prefix + "job"),
-            job_blocker=sql.Identifier(schema, prefix + "job_blocker"),
-            where=where,
-        )
-        return statement, params
+        if key_range is not None:
+            bounds, bound_params = _range_sql(table, key_range)
+            if bounds is not None:
+                where = sql.SQL(" AND ").join([where, bounds])
+                params.extend(bound_params)
+        return self._template(f"{table}_read", where=where), params
 
     def _where(
         self, table: str, predicates: Sequence[Predicate], schema: str, prefix: str
@@ -104,20 +115,41 @@ class PostgresDialect(Dialect):
             while rows := cursor.fetchmany(size):
                 yield rows
 
-    def time_range(
-        self, conn: Any, table: str, column: str, predicates: Sequence[Predicate]
-    ) -> tuple[datetime, datetime] | None:
+    def split_keys(self, conn: Any, table: str, keys: tuple[str, ...], parts: int) -> list[tuple[Any, ...]]:
         from psycopg import sql
 
-        statement, params = self.query(table, predicates)
-        bounds = sql.SQL("SELECT MIN(t.{c}), MAX(t.{c}) FROM ({q}) t").format(
-            c=sql.Identifier(column), q=statement
-        )
-        row = conn.execute(bounds, params).fetchone()
+        k1, k2 = (sql.SQL(EXPRESSIONS[table][k]) for k in (keys[0], keys[-1]))  # fixed map
+        rows = conn.execute(self._template(f"{table}_split", k1=k1, k2=k2), {"parts": parts}).fetchall()
         conn.rollback()
-        if row is None or row[0] is None:
-            return None
-        return row[0], row[1]
+        out: list[tuple[Any, ...]] = []
+        for row in rows:
+            key = tuple(row[: len(keys)])
+            if not out or key != out[-1]:  # a repeated boundary would make an empty range
+                out.append(key)
+        return out
+
+
+def _range_sql(table: str, key_range: KeyRange) -> tuple[Any, list[Any]]:
+    """The key bounds. The plain bound on the first column keeps the scan an index range; the
+    row value then makes the bound exact on ties (created_at shared by a whole batch)."""
+    from psycopg import sql
+
+    exprs = [sql.SQL(EXPRESSIONS[table][k]) for k in key_range.keys]  # fixed map in dialects.base
+    a, b = exprs[0], exprs[-1]
+    pair = len(exprs) == 2
+    parts: list[Any] = []
+    params: list[Any] = []
+    if key_range.lower is not None:
+        text = "{a} >= %s AND ({a}, {b}) >= (%s, %s)" if pair else "{a} >= %s"
+        parts.append(sql.SQL(text).format(a=a, b=b))
+        params.extend([key_range.lower[0], *key_range.lower] if pair else [key_range.lower[0]])
+    if key_range.upper is not None:
+        text = "{a} <= %s AND ({a}, {b}) < (%s, %s)" if pair else "{a} < %s"
+        parts.append(sql.SQL(text).format(a=a, b=b))
+        params.extend([key_range.upper[0], *key_range.upper] if pair else [key_range.upper[0]])
+    if not parts:
+        return None, params
+    return sql.SQL(" AND ").join(parts), params
 
 
 __all__ = ["PostgresDialect"]

@@ -11,13 +11,14 @@ import sqlite3
 from collections.abc import Iterator, Sequence
 from contextlib import AbstractContextManager, contextmanager
 from datetime import datetime
-from typing import Any
+from typing import Any, Final
 
 from jobchain.errors import InvalidArgumentError
 from jobchain.url import BackendURL
 from jobchain_spark.dialects.base import (
     EXPRESSIONS,
     Dialect,
+    KeyRange,
     Predicate,
     canonical_uuids,
     sql_template,
@@ -65,13 +66,21 @@ class SqliteDialect(Dialect):
     def connect(self) -> AbstractContextManager[Any]:
         return self._connection()
 
-    def query(self, table: str, predicates: Sequence[Predicate]) -> tuple[str, list[Any]]:
+    def _template(self, name: str) -> str:
         _path, prefix, _timeout = self._options()
-        where, params = self._where(table, predicates)
-        text = sql_template("sqlite", f"{table}_read")
+        text = sql_template("sqlite", name)
         # The prefix was validated by SqliteOptions (letters, digits, '_'); the rest is fixed text.
-        text = text.replace("{job_blocker}", f"{prefix}job_blocker").replace("{job}", f"{prefix}job")
-        return text.replace("{where}", where), params
+        return text.replace("{job_blocker}", f"{prefix}job_blocker").replace("{job}", f"{prefix}job")
+
+    def query(
+        self, table: str, predicates: Sequence[Predicate], key_range: KeyRange | None = None
+    ) -> tuple[str, list[Any]]:
+        where, params = self._where(table, predicates)
+        if key_range is not None:
+            bounds, bound_params = _range_sql(table, key_range)
+            where = f"{where} AND {bounds}" if bounds else where
+            params.extend(bound_params)
+        return self._template(f"{table}_read").replace("{where}", where), params
 
     def _where(self, table: str, predicates: Sequence[Predicate]) -> tuple[str, list[Any]]:
         kinds = {c.name: c.kind for c in table_columns(table)}
@@ -103,14 +112,40 @@ class SqliteDialect(Dialect):
         finally:
             cursor.close()
 
-    def time_range(
-        self, conn: sqlite3.Connection, table: str, column: str, predicates: Sequence[Predicate]
-    ) -> tuple[datetime, datetime] | None:
-        statement, params = self.query(table, predicates)
-        row = conn.execute(f"SELECT MIN(t.{column}), MAX(t.{column}) FROM ({statement}) t", params).fetchone()
-        if row is None or row[0] is None:
-            return None
-        return datetime.fromisoformat(row[0]), datetime.fromisoformat(row[1])
+    def split_keys(
+        self, conn: sqlite3.Connection, table: str, keys: tuple[str, ...], parts: int
+    ) -> list[tuple[Any, ...]]:
+        k1, k2 = (EXPRESSIONS[table][k] for k in (keys[0], keys[-1]))  # fixed map in dialects.base
+        text = self._template(f"{table}_split").replace("{k1}", k1).replace("{k2}", k2)
+        rows = conn.execute(text, (parts, parts)).fetchall()
+        return _distinct([tuple(row[: len(keys)]) for row in rows])
+
+
+_LOWER: Final = {1: "{a} >= ?", 2: "{a} >= ? AND ({a}, {b}) >= (?, ?)"}
+_UPPER: Final = {1: "{a} < ?", 2: "{a} <= ? AND ({a}, {b}) < (?, ?)"}
+"""Key bounds. The plain bound on the first column keeps the scan an index range even where
+the index holds only that column; the row value then makes the bound exact on ties."""
+
+
+def _range_sql(table: str, key_range: KeyRange) -> tuple[str, list[Any]]:
+    exprs = [EXPRESSIONS[table][k] for k in key_range.keys]  # fixed map in dialects.base
+    a, b = exprs[0], exprs[-1]
+    parts: list[str] = []
+    params: list[Any] = []
+    for templates, key in ((_LOWER, key_range.lower), (_UPPER, key_range.upper)):
+        if key is not None:
+            parts.append(templates[len(exprs)].format(a=a, b=b))
+            params.extend([key[0], *key] if len(exprs) == 2 else [key[0]])
+    return " AND ".join(parts), params
+
+
+def _distinct(keys: list[tuple[Any, ...]]) -> list[tuple[Any, ...]]:
+    """Sorted keys without repeats (a repeated boundary would make an empty range)."""
+    out: list[tuple[Any, ...]] = []
+    for key in keys:
+        if not out or key != out[-1]:
+            out.append(key)
+    return out
 
 
 __all__ = ["SqliteDialect"]

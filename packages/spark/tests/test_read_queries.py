@@ -1,0 +1,63 @@
+"""Every query of one DataFrame sees its own filters and nothing else (issue 15, item 1).
+
+Spark 4.x keeps the plan of a DataFrame's last filter pushdown on the data source it shares
+with every later query of that DataFrame, and a later query that pushes no filter reuses it.
+These tests run the analyst's sequence on ONE DataFrame and check each answer against the
+rows actually stored.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from datetime import timedelta
+from typing import Any
+
+import pytest
+import sparkkit
+
+from jobchain.connect_backends import open_state
+
+pytestmark = [pytest.mark.spark, pytest.mark.timeout(900)]
+
+T0 = sparkkit.T0
+
+
+async def _seed(url: str) -> None:
+    """30 pending resize jobs, 6 pending send_email jobs, 2 completed resize jobs."""
+    state = await open_state(url)
+    try:
+        done = await sparkkit.create(state, "resize", 2, T0)
+        for i, job in enumerate(done):
+            started = T0 + timedelta(minutes=1 + i)
+            await sparkkit.run(state, job, started=started, finished=started + timedelta(seconds=5))
+        await sparkkit.create(state, "resize", 30, T0 + timedelta(hours=1))
+        await sparkkit.create(
+            state, "send_email", 6, T0 + timedelta(hours=2), input={"to": "a", "subject": "s"}
+        )
+    finally:
+        await state.close()
+
+
+def _load(spark: Any, url: str) -> Any:
+    return spark.read.format("jobchain").option("url", url).option("partitions", "3").load()
+
+
+def test_an_unfiltered_query_after_a_filtered_one_reads_every_row(spark: Any, state_url: str) -> None:
+    asyncio.run(_seed(state_url))
+    df = _load(spark, state_url)
+    assert df.count() == 38
+    assert df.where(df.status == "pending").count() == 36
+    assert df.count() == 38
+    counts = {r["status"]: r["count"] for r in df.groupBy("status").count().collect()}
+    assert counts == {"pending": 36, "completed": 2}
+
+
+def test_filters_of_successive_queries_never_accumulate(spark: Any, state_url: str) -> None:
+    asyncio.run(_seed(state_url))
+    df = _load(spark, state_url)
+    assert df.where(df.status == "completed").count() == 2
+    assert df.where(df.type_name == "send_email").count() == 6
+    assert df.where((df.type_name == "resize") & (df.status == "pending")).count() == 30
+    assert {r["id"] for r in df.collect()} == {r["id"] for r in df.select("id").collect()}
+    assert len(df.collect()) == 38
+    assert df.where(df.status == "pending").groupBy("type_name").count().count() == 2
