@@ -1,0 +1,185 @@
+"""The audit of a chaos cell: from the database, the execution log and the audit table.
+
+- lost: a chain the producer committed that is missing or not ``completed`` once the cell
+  has drained (must be 0), and any job in the database that is not completed;
+- double completions: jobs with two ``chaos_audit`` rows, each written inside a committed
+  attempt transaction (must be 0); a completed job with no row is reported too;
+- re-executions: execution-log lines beyond the first per job, split into those whose
+  previous execution ran in a process that was SIGKILLed (a crash re-run) and the others;
+- recovery per fault: from the fault's end to the first completion after it, and to the
+  completion of every chain started before it (the backlog drained).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections import Counter, defaultdict
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import psycopg
+
+AUDIT_TABLE = """
+CREATE TABLE IF NOT EXISTS chaos_audit (
+    job_id  uuid NOT NULL,          -- no unique constraint: a second completion must show
+    pid     integer NOT NULL,
+    attempt integer NOT NULL,
+    done_at timestamptz NOT NULL DEFAULT clock_timestamp()
+)
+"""
+JOB_TABLE = "public.jobchain_job"
+
+
+@dataclass
+class Fault:
+    """One injected fault: what, when it began and ended (epoch seconds), and its victims."""
+
+    kind: str
+    started: float
+    ended: float
+    killed_pid: int | None = None
+    in_flight: int = 0
+    """Jobs running in the killed process at the kill (executions logged, not completed)."""
+    committed_before: int = 0
+    """Chains the producer had committed when the fault ended (a prefix of its list)."""
+    first_completion_after: float | None = None
+    backlog_drained_after: float | None = None
+
+
+@dataclass
+class Figures:
+    """What a cell measured; written to the results JSON and the end-of-session table."""
+
+    cell: str
+    mode: str
+    started: int = 0
+    uncertain: int = 0
+    completed: int = 0
+    lost: int = 0
+    double_completions: int = 0
+    missing_audit: int = 0
+    executions: int = 0
+    re_executions: int = 0
+    crash_re_executions: int = 0
+    other_re_executions: int = 0
+    faults: list[Fault] = field(default_factory=list)
+    extra: dict[str, Any] = field(default_factory=dict)
+    lost_ids: list[str] = field(default_factory=list)
+    double_ids: list[str] = field(default_factory=list)
+
+    @property
+    def in_flight_at_crashes(self) -> int:
+        return sum(f.in_flight for f in self.faults)
+
+    def recovery(self, attr: str) -> float | None:
+        values = [getattr(f, attr) for f in self.faults if getattr(f, attr) is not None]
+        return max(values) if values else None
+
+    def as_json(self) -> dict[str, Any]:
+        data = asdict(self)
+        data["in_flight_at_crashes"] = self.in_flight_at_crashes
+        data["max_first_completion_after"] = self.recovery("first_completion_after")
+        data["max_backlog_drained_after"] = self.recovery("backlog_drained_after")
+        return data
+
+
+def read_executions(path: Path) -> list[tuple[str, int, int]]:
+    """``(job_id, pid, attempt)`` per logged execution, in log order."""
+    if not path.exists():
+        return []
+    rows = []
+    for line in path.read_text().splitlines():
+        job_id, pid, attempt = line.split()
+        rows.append((job_id, int(pid), int(attempt)))
+    return rows
+
+
+def in_flight_of(pid: int, executions: list[tuple[str, int, int]], done: set[str]) -> int:
+    """Jobs whose latest logged execution ran in ``pid`` and whose completion never committed
+    from it: the jobs that process was running when it died."""
+    latest: dict[str, int] = {}
+    for job_id, exec_pid, _ in executions:
+        latest[job_id] = exec_pid
+    return sum(1 for job_id, exec_pid in latest.items() if exec_pid == pid and job_id not in done)
+
+
+async def completed_by_audit(conninfo: str) -> set[str]:
+    """Job ids with an audit row so far (their completion committed)."""
+    async with await psycopg.AsyncConnection.connect(conninfo, autocommit=True) as conn:
+        cursor = await conn.execute("SELECT job_id::text FROM chaos_audit")
+        return {row[0] for row in await cursor.fetchall()}
+
+
+async def wait_drained(conninfo: str, expected: set[str], limit: float) -> float:
+    """Wait until every expected chain and every job in the table is completed; seconds waited."""
+    began = time.monotonic()
+    query = f"SELECT count(*) FILTER (WHERE status <> 'completed'), count(*) FROM {JOB_TABLE}"
+    while True:
+        try:
+            async with await psycopg.AsyncConnection.connect(conninfo, autocommit=True) as conn:
+                cursor = await conn.execute(query)
+                row = await cursor.fetchone()
+                assert row is not None
+                if row[0] == 0 and row[1] >= len(expected):
+                    return time.monotonic() - began
+        except psycopg.OperationalError:
+            pass  # the server may still be coming back
+        if time.monotonic() - began > limit:
+            return time.monotonic() - began
+        await asyncio.sleep(0.25)
+
+
+async def audit(
+    conninfo: str, figures: Figures, committed: list[str], uncertain: list[str], exec_log: Path
+) -> None:
+    """Fill ``figures`` from the database and the execution log (after the cell drained)."""
+    async with await psycopg.AsyncConnection.connect(conninfo, autocommit=True) as conn:
+        cursor = await conn.execute(f"SELECT id::text, status::text, completed_at FROM {JOB_TABLE}")
+        jobs = {row[0]: (row[1], row[2]) for row in await cursor.fetchall()}
+        cursor = await conn.execute("SELECT job_id::text, extract(epoch FROM done_at) FROM chaos_audit")
+        audit_rows = [(row[0], float(row[1])) for row in await cursor.fetchall()]
+    figures.started = len(committed)
+    figures.uncertain = len(uncertain)
+    not_done = [j for j in committed if jobs.get(j, ("missing", None))[0] != "completed"]
+    not_done += [j for j, (status, _) in jobs.items() if status != "completed" and j not in set(committed)]
+    figures.lost = len(not_done)
+    figures.lost_ids = sorted(set(not_done))[:20]
+    figures.completed = sum(1 for status, _ in jobs.values() if status == "completed")
+    per_job = Counter(job_id for job_id, _ in audit_rows)
+    doubles = [job_id for job_id, count in per_job.items() if count > 1]
+    figures.double_completions = len(doubles)
+    figures.double_ids = sorted(doubles)[:20]
+    figures.missing_audit = sum(1 for j, (s, _) in jobs.items() if s == "completed" and j not in per_job)
+    _count_executions(figures, read_executions(exec_log))
+    _recovery(figures, audit_rows, committed)
+
+
+def _count_executions(figures: Figures, executions: list[tuple[str, int, int]]) -> None:
+    killed = {f.killed_pid for f in figures.faults if f.killed_pid is not None}
+    previous: dict[str, int] = {}
+    figures.executions = len(executions)
+    for job_id, pid, _ in executions:
+        if job_id in previous:
+            figures.re_executions += 1
+            if previous[job_id] in killed:
+                figures.crash_re_executions += 1
+            else:
+                figures.other_re_executions += 1
+        previous[job_id] = pid
+
+
+def _recovery(figures: Figures, audit_rows: list[tuple[str, float]], committed: list[str]) -> None:
+    done_at: dict[str, float] = defaultdict(float)
+    for job_id, at in audit_rows:
+        done_at[job_id] = max(done_at[job_id], at)
+    times = sorted(done_at.values())
+    for fault in figures.faults:
+        after = [t for t in times if t > fault.ended]
+        fault.first_completion_after = round(after[0] - fault.ended, 3) if after else None
+        # Chains started before the fault ended: the last of them to complete marks the backlog
+        # the fault left behind as drained (0 when all completed while the fault lasted).
+        created_before = [done_at[j] for j in committed[: fault.committed_before] if j in done_at]
+        last = max(created_before, default=fault.ended)
+        fault.backlog_drained_after = round(max(0.0, last - fault.ended), 3)
