@@ -9,7 +9,7 @@ DEMO_PACKAGES := packages/core/pyproject.toml packages/sqlite/pyproject.toml
 PACKAGES := $(wildcard packages/*/pyproject.toml) conformance/pyproject.toml
 EDITABLES := $(foreach p,$(PACKAGES),-e $(dir $(p)))
 
-.PHONY: demo test lint typecheck check bench dist clean
+.PHONY: demo test lint typecheck check bench dist clean chaos
 
 $(STAMP): $(PACKAGES) requirements-dev.txt
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -35,6 +35,9 @@ lint: $(STAMP)
 
 typecheck: $(STAMP)
 	$(BIN)/mypy packages/core/src conformance/src packages/redis/src packages/nats/src packages/sqlite/src packages/postgres/src packages/spark/src
+
+chaos: $(STAMP)
+	JOBCHAIN_CHAOS=1 $(BIN)/python -m pytest packages/postgres/tests/chaos -q -p no:randomly
 
 bench: $(STAMP)
 	$(BIN)/python bench/run.py
