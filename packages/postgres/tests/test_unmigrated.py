@@ -16,11 +16,16 @@ from collections.abc import Iterator
 from pathlib import Path
 from types import ModuleType
 
+import psycopg
 import pytest
+from psycopg import sql
 
 import jobchain
 from jobchain.errors import SchemaNotMigratedError as CoreSchemaNotMigratedError
+from jobchain.worker import Attempt, Completed, Processors, Worker
 from jobchain_postgres import PostgresStateAdapter, SchemaNotMigratedError, StateOptions
+
+from .conftest import conninfo
 
 APP = textwrap.dedent(
     """
@@ -137,3 +142,35 @@ def test_worker_with_migrate_migrates_then_processes_a_job(
         if process.poll() is None:
             process.kill()
             process.wait()
+
+
+async def test_a_worker_on_tables_older_than_the_library_stops_naming_jobchain_migrate(
+    postgres_url: str, schema_name: str, schema_url: str
+) -> None:
+    state = await PostgresStateAdapter.open(postgres_url, StateOptions(schema=schema_name, pool_min_size=0))
+    await state.migrate()
+    await state.close()
+    # Undo the attempt-start migration by hand: the tables now predate this library.
+    with psycopg.connect(conninfo(postgres_url), autocommit=True) as connection:
+        connection.execute(
+            sql.SQL(
+                "ALTER TABLE {}.jobchain_job DROP COLUMN first_attempt_at, DROP COLUMN attempt_started_at"
+            ).format(sql.Identifier(schema_name))
+        )
+
+    types = jobchain.JobTypes()
+    echo = types.define("old.echo", input=int, output=int, entry=True)
+    processors = Processors()
+
+    @processors.handler(echo)
+    async def handle(attempt: Attempt[int, int]) -> Completed:
+        return await attempt.complete(attempt.input)
+
+    async with await jobchain.connect(schema_url, notify="none", job_types=types) as client:
+        async with client.transaction() as tx:
+            await client.start_chain(tx, echo, 1)
+        worker = Worker(client, processors, poll_interval=0.05)
+        await worker.start()
+        with pytest.raises(CoreSchemaNotMigratedError, match=r"older than this library.*jobchain migrate"):
+            await asyncio.wait_for(worker.wait(), TIMEOUT)
+        await worker.stop()

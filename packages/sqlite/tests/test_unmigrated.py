@@ -6,6 +6,7 @@ import asyncio
 import importlib
 import os
 import signal
+import sqlite3
 import subprocess
 import sys
 import textwrap
@@ -17,6 +18,7 @@ import pytest
 
 import jobchain
 from jobchain.errors import SchemaNotMigratedError as CoreSchemaNotMigratedError
+from jobchain.worker import Attempt, Completed, Processors, Worker
 from jobchain_sqlite import SchemaNotMigratedError, SqliteOptions, SqliteStateAdapter
 
 APP = textwrap.dedent(
@@ -123,3 +125,34 @@ def test_worker_with_migrate_migrates_then_processes_a_job(app: tuple[Path, Modu
         if process.poll() is None:
             process.kill()
             process.wait()
+
+
+async def test_a_worker_on_tables_older_than_the_library_stops_naming_jobchain_migrate(
+    tmp_path: Path,
+) -> None:
+    path = tmp_path / "old.db"
+    state = SqliteStateAdapter(SqliteOptions(path=str(path)))
+    await state.migrate()
+    await state.close()
+    # Undo the attempt-start migration by hand: the tables now predate this library.
+    with sqlite3.connect(path) as connection:
+        connection.execute("ALTER TABLE jobchain_job DROP COLUMN first_attempt_at")
+        connection.execute("ALTER TABLE jobchain_job DROP COLUMN attempt_started_at")
+    connection.close()
+
+    types = jobchain.JobTypes()
+    echo = types.define("old.echo", input=int, output=int, entry=True)
+    processors = Processors()
+
+    @processors.handler(echo)
+    async def handle(attempt: Attempt[int, int]) -> Completed:
+        return await attempt.complete(attempt.input)
+
+    async with await jobchain.connect(f"sqlite:///{path}", notify="none", job_types=types) as client:
+        async with client.transaction() as tx:
+            await client.start_chain(tx, echo, 1)
+        worker = Worker(client, processors, poll_interval=0.05)
+        await worker.start()
+        with pytest.raises(CoreSchemaNotMigratedError, match=r"older than this library.*jobchain migrate"):
+            await asyncio.wait_for(worker.wait(), TIMEOUT)
+        await worker.stop()

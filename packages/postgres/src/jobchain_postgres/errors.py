@@ -86,6 +86,14 @@ def translate(error: BaseException, *, ids: Sequence[str] = ()) -> BaseException
         return SchemaNotMigratedError(
             f"the jobchain tables are missing ({reason}, SQLSTATE {error.sqlstate}): {MIGRATE_HINT}"
         )
+    if isinstance(error, pg.UndefinedColumn):
+        # jobchain's own statements name only columns its migrations create: a missing one
+        # means a migration of this library version was not applied yet.
+        reason = error.diag.message_primary or str(error).strip().splitlines()[0]
+        return SchemaNotMigratedError(
+            f"the jobchain tables are older than this library ({reason}, SQLSTATE {error.sqlstate}): "
+            f"{MIGRATE_HINT}"
+        )
     if isinstance(error, pg.QueryCanceled):
         return StatementTimeoutError(f"statement cancelled: {_describe(error)}")
     if isinstance(error, (pg.SerializationFailure, pg.DeadlockDetected, pg.LockNotAvailable)):

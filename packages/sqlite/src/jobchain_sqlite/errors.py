@@ -93,6 +93,14 @@ def translate(exc: BaseException, path: str, prefix: str, job_ids: Sequence[str]
             "run `jobchain migrate --state URL` (or `await adapter.migrate()`) first",
             path,
         )
+    if "no such column" in lowered or "has no column named" in lowered:
+        # jobchain's own statements name only columns its migrations create: a missing one
+        # means a migration of this library version was not applied yet.
+        return SchemaNotMigratedError(
+            f"{where} has jobchain tables older than this library ({message}); "
+            "run `jobchain migrate --state URL` (or `await adapter.migrate()`) first",
+            path,
+        )
     if "readonly database" in lowered or "unable to open database" in lowered:
         return DatabaseNotWritableError(
             f"{where} cannot be opened for writing ({message}); check that the file and its "
