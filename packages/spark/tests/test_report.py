@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import math
+import re
 import shutil
 from datetime import timedelta
 from pathlib import Path
@@ -17,6 +18,7 @@ from jobchain.connect_backends import open_state
 from jobchain_spark import SparkOptionError
 from jobchain_spark.archive import archive
 from jobchain_spark.report import build_report
+from jobchain_spark.report_errors import ERRORS_NOTE
 from jobchain_spark.report_output import CHARTS, write_report
 
 pytestmark = [pytest.mark.spark, pytest.mark.timeout(900)]
@@ -81,7 +83,7 @@ def test_report_figures_on_a_known_history(spark: Any, sqlite_url: str, tmp_path
     assert _triple(resize, "run") == (24, 32, 32)
     assert _triple(email, "wait") == (1, 3, 3)
     assert _triple(email, "run") == (2, 4, 4)
-    assert report.notes == ()
+    assert report.notes == (ERRORS_NOTE,)  # the errors caveat always; no missing attempt times
 
     timing = {(r.type_name, r.period.hour): r for r in report.tables["timing"].itertuples()}
     assert set(timing) == {("resize", 0), ("send_email", 1), ("resize", 2)}
@@ -95,21 +97,47 @@ def test_report_figures_on_a_known_history(spark: Any, sqlite_url: str, tmp_path
     assert pd.isna(hour2.run_p50_s)
 
     throughput = report.tables["throughput"]
-    rows = {(r.type_name, r.period.hour): (r.started, r.completed) for r in throughput.itertuples()}
-    assert rows == {("resize", 0): (5, 5), ("send_email", 1): (2, 2), ("resize", 2): (2, 0)}
+    rows = {
+        (r.type_name, r.period.hour): (r.started, r.completed, r.with_failure, r.backlog)
+        for r in throughput.itertuples()
+    }
+    # The retried job failed at +605 (hour 0) and completed; the stuck one failed at +7210 (hour 2).
+    assert rows == {
+        ("resize", 0): (5, 5, 1, 0),
+        ("send_email", 1): (2, 2, 0, 0),
+        ("resize", 2): (2, 0, 1, 2),
+    }
     assert throughput["throughput_per_hour"].max() == 5
 
     attempts = {(r.type_name, r.attempt): r.jobs for r in report.tables["attempts"].itertuples()}
     assert attempts == {("resize", 1): 5, ("resize", 2): 1, ("send_email", 1): 2}
-    errors = [(r.type_name, r.error, r.jobs) for r in report.tables["errors"].itertuples()]
-    assert errors == [("resize", "timeout", 1)]
+    # Only the stuck job keeps an error (the retried one's was cleared by its success): a plain
+    # two-line message, grouped on its first line, with no exception type.
+    errors = [
+        (r.type_name, r.error_type, r.error, r.jobs, r.attempts) for r in report.tables["errors"].itertuples()
+    ]
+    assert errors == [("resize", "", "timeout", 1, 1)]
     statuses = {(r.chain_type, r.status): r.chains for r in report.tables["chains_by_status"].itertuples()}
     assert statuses == {("resize", "completed"): 5, ("resize", "pending"): 2, ("send_email", "completed"): 2}
+
+    durations = report.tables["chain_durations"].set_index("chain_type")
+    assert (durations.loc["resize", "chains"], durations.loc["resize", "completed"]) == (7, 5)
+    assert _triple(durations.loc["resize"], "duration") == (30, 60, 60)  # one-job chains: the latencies
+    steps = report.tables["chain_steps"].set_index(["chain_type", "step", "type_name"])
+    first = steps.loc[("resize", 1, "resize")]
+    assert (first["jobs"], first["completed"]) == (7, 5)
+    assert (first["latency_p50_s"], first["wait_p50_s"], first["run_p50_s"]) == (30, 4, 24)
 
     html_path = write_report(report, tmp_path / "out")
     html = html_path.read_text()
     assert "Wait and run time per hour" in html
     assert "attempt start times" not in html
+    assert "errors of attempts that later succeeded are not kept" in html
+    headings = re.findall(r"<th[^>]*>([^<]*)</th>", html)
+    assert "Latency" in headings and "Job type" in headings and "Oldest pending age" in headings
+    assert not [h for h in headings if "_" in h], "raw column names on the page"
+    assert "NaT" not in html and "nan" not in html.lower().replace("nanosecond", "")
+    assert "<td class='num'>1 h</td>" in html  # the oldest pending job's age (3,600 s), formatted
     for name in CHARTS.values():
         assert f"charts/{name}" in html
         png = (tmp_path / "out" / "charts" / name).read_bytes()
@@ -171,6 +199,7 @@ def test_report_over_an_archive_written_before_attempt_start_times(
     assert report.notes == (
         "3 of 5 claimed jobs have no attempt start times (claimed before the state tables recorded "
         "them, or archived before the archive kept them); wait and run times leave them out",
+        ERRORS_NOTE,
     )
     timing = {(r.type_name, r.period.day): (r.waited, r.ran) for r in report.tables["timing"].itertuples()}
     assert timing == {("resize", 26): (2, 2)}  # 2024-03-26: day 25 after T0

@@ -14,6 +14,14 @@ Times and their definitions:
   completed jobs that a worker claimed. A job completed without ever being claimed has no
   run time.
 - ``retry delay``: last failed attempt → completion, over completed jobs that were retried.
+- ``chain duration``: root job created → last job completed, over completed chains (see
+  :mod:`jobchain_spark.report_chains` for the chain tables).
+
+The ``throughput`` table counts per job type and period the jobs ``started`` (created),
+``completed``, ``with_failure`` (jobs whose last failed attempt ended in the period: the store
+keeps the last failure of a job only) and ``backlog`` (jobs created but not completed at the
+end of the period: blocked, pending or running). Top errors are grouped by exception type and
+message (:mod:`jobchain_spark.report_errors`, which says what is and is not counted).
 
 The ``summary`` table has the percentiles per job type; the ``timing`` table has ``wait`` and
 ``run`` per job type and period, wait in the period the job was created, run in the period it
@@ -34,6 +42,8 @@ import pandas as pd
 from jobchain.url import mask_url
 from jobchain_spark.archive import read_archive
 from jobchain_spark.errors import SparkOptionError
+from jobchain_spark.report_chains import chain_durations, chain_steps
+from jobchain_spark.report_errors import ERRORS_NOTE, top_errors
 from jobchain_spark.source import read_table
 
 if TYPE_CHECKING:
@@ -42,7 +52,6 @@ if TYPE_CHECKING:
 PERIODS: Final = {"hour": 3600, "day": 86400}
 QUANTILES: Final = (0.5, 0.95, 0.99)
 ACCURACY: Final = 10_000
-TOP_ERRORS: Final = 10
 
 
 @dataclass(frozen=True)
@@ -142,6 +151,18 @@ def _attempt_time_notes(jobs: DataFrame) -> list[str]:
     ]
 
 
+def _with_backlog(throughput: pd.DataFrame) -> pd.DataFrame:
+    """Add ``backlog``: per job type, jobs started minus jobs completed up to each period's end.
+
+    Every completed job was started (created) in the same or an earlier period, so the
+    running difference is the number of jobs not completed at the end of the period.
+    """
+    frame = throughput.sort_values(["type_name", "period"], kind="stable").reset_index(drop=True)
+    grouped = frame.groupby("type_name", sort=False)
+    frame["backlog"] = (grouped["started"].cumsum() - grouped["completed"].cumsum()).astype("int64")
+    return frame
+
+
 def build_report(
     spark: SparkSession,
     *,
@@ -175,9 +196,13 @@ def build_report(
     completed = done.groupBy("type_name", sf.date_trunc(period, "completed_at").alias("period")).agg(
         sf.count(sf.lit(1)).alias("completed")
     )
+    failed = jobs.groupBy("type_name", sf.date_trunc(period, "last_attempt_at").alias("period")).agg(
+        sf.count("last_attempt_at").alias("with_failure")
+    )
     throughput = (
         started.join(completed, ["type_name", "period"], "full_outer")
-        .fillna(0, ["started", "completed"])
+        .join(failed.where(sf.col("period").isNotNull()), ["type_name", "period"], "full_outer")
+        .fillna(0, ["started", "completed", "with_failure"])
         .withColumn("throughput_per_hour", sf.col("completed") * 3600.0 / seconds)
         .orderBy("type_name", "period")
     )
@@ -230,26 +255,21 @@ def build_report(
         .groupBy("type_name", "attempt")
         .agg(sf.count(sf.lit(1)).alias("jobs"))
     ).orderBy("type_name", "attempt")
-    errors = (
-        jobs.where(sf.col("last_attempt_error").isNotNull())
-        .withColumn("error", sf.substring(sf.split(sf.col("last_attempt_error"), "\n")[0], 1, 200))
-        .groupBy("type_name", "error")
-        .agg(sf.count(sf.lit(1)).alias("jobs"))
-        .orderBy(sf.desc("jobs"), "type_name", "error")
-        .limit(TOP_ERRORS)
-    )
+    notes.append(ERRORS_NOTE)
     by_status = (
         chains.groupBy(sf.col("type_name").alias("chain_type"), "status")
         .agg(sf.count(sf.lit(1)).alias("chains"))
         .orderBy("chain_type", "status")
     )
     tables = {
-        "throughput": throughput.toPandas(),
+        "throughput": _with_backlog(throughput.toPandas()),
         "summary": summary.orderBy("type_name").toPandas(),
         "timing": _timing(jobs, done, period).toPandas(),
         "attempts": attempts.toPandas(),
-        "errors": errors.toPandas(),
+        "errors": top_errors(jobs).toPandas(),
         "chains_by_status": by_status.toPandas(),
+        "chain_durations": chain_durations(chains, QUANTILES, ACCURACY).toPandas(),
+        "chain_steps": chain_steps(jobs, ACCURACY).toPandas(),
     }
     jobs.unpersist()
     return Report(tables=tables, period=period, generated_at=when, sources=tuple(sources), notes=tuple(notes))

@@ -1,165 +1,257 @@
-"""Write a :class:`~jobchain_spark.report.Report`: report.html, PNG charts, Parquet and CSV tables."""
+"""Write a :class:`~jobchain_spark.report.Report`: report.html, PNG charts, Parquet and CSV tables.
+
+The Parquet and CSV files under ``tables/`` keep the raw column names and values (seconds as
+numbers, timestamps as timestamps); only ``report.html`` is formatted for people
+(:mod:`jobchain_spark.report_format`), with the charts of :mod:`jobchain_spark.report_charts`.
+"""
 
 from __future__ import annotations
 
 import html
 from pathlib import Path
+from typing import Final
 
-import matplotlib
-
-matplotlib.use("Agg")  # files only; never open a window (servers and CI have no display)
-
-import matplotlib.pyplot as plt
 import pandas as pd
-from matplotlib.axes import Axes
-from matplotlib.figure import Figure
 
 from jobchain_spark.report import Report
+from jobchain_spark.report_charts import (
+    activity_chart,
+    attempts_chart,
+    chain_durations_chart,
+    errors_chart,
+    status_chart,
+    times_chart,
+)
+from jobchain_spark.report_format import (
+    Col,
+    count,
+    duration,
+    format_number,
+    format_percent,
+    format_time,
+    generated_label,
+    html_table,
+    percentiles,
+    period_formatter,
+    text,
+)
 
-
-def _save(fig: Figure, path: Path) -> None:
-    fig.tight_layout()
-    fig.savefig(path, format="png", dpi=100)
-    plt.close(fig)
-
-
-def _empty(ax: Axes, what: str) -> None:
-    ax.text(0.5, 0.5, f"no {what}", ha="center", va="center")
-    ax.set_axis_off()
-
-
-def _throughput_chart(df: pd.DataFrame, path: Path, period: str) -> None:
-    fig, ax = plt.subplots(figsize=(9, 4))
-    if df.empty:
-        _empty(ax, "jobs")
-    else:
-        for type_name, part in df.groupby("type_name"):
-            ax.plot(part["period"], part["completed"], marker="o", label=f"{type_name} completed")
-            ax.plot(part["period"], part["started"], linestyle="--", label=f"{type_name} started")
-        ax.set_ylabel(f"jobs per {period}")
-        ax.legend(fontsize="small")
-        fig.autofmt_xdate()
-    ax.set_title("Started and completed jobs")
-    _save(fig, path)
-
-
-def _latency_chart(df: pd.DataFrame, path: Path) -> None:
-    fig, ax = plt.subplots(figsize=(9, 4))
-    columns = ["latency_p50_s", "latency_p95_s", "latency_p99_s"]
-    data = df.set_index("type_name")[columns].dropna(how="all") if not df.empty else df
-    if data.empty:
-        _empty(ax, "completed jobs")
-    else:
-        data.plot.bar(ax=ax)
-        ax.set_ylabel("seconds (created → completed)")
-    ax.set_title("Latency percentiles by job type")
-    _save(fig, path)
-
-
-def _wait_run_chart(df: pd.DataFrame, path: Path) -> None:
-    fig, axes = plt.subplots(1, 2, figsize=(12, 4))
-    panels = [("wait", "created → first attempt"), ("run", "last attempt start → completed")]
-    for ax, (name, meaning) in zip(axes, panels, strict=True):
-        columns = [f"{name}_p50_s", f"{name}_p95_s", f"{name}_p99_s"]
-        data = df.set_index("type_name")[columns].dropna(how="all") if not df.empty else df
-        if data.empty:
-            _empty(ax, f"{name} times")
-        else:
-            data.plot.bar(ax=ax)
-            ax.set_ylabel(f"seconds ({meaning})")
-        ax.set_title(f"{name.capitalize()} time percentiles by job type")
-    _save(fig, path)
-
-
-def _attempts_chart(df: pd.DataFrame, path: Path) -> None:
-    fig, ax = plt.subplots(figsize=(9, 4))
-    if df.empty:
-        _empty(ax, "attempts")
-    else:
-        df.pivot_table(index="attempt", columns="type_name", values="jobs", fill_value=0).plot.bar(ax=ax)
-        ax.set_ylabel("jobs")
-    ax.set_title("Attempts per job")
-    _save(fig, path)
-
-
-def _status_chart(df: pd.DataFrame, path: Path) -> None:
-    fig, ax = plt.subplots(figsize=(9, 4))
-    if df.empty:
-        _empty(ax, "chains")
-    else:
-        df.pivot_table(index="chain_type", columns="status", values="chains", fill_value=0).plot.bar(
-            ax=ax, stacked=True
-        )
-        ax.set_ylabel("chains")
-    ax.set_title("Chains by status")
-    _save(fig, path)
-
-
-def _errors_chart(df: pd.DataFrame, path: Path) -> None:
-    fig, ax = plt.subplots(figsize=(9, 4))
-    if df.empty:
-        _empty(ax, "errors")
-    else:
-        labels = [f"{t}: {e[:40]}" for t, e in zip(df["type_name"], df["error"], strict=True)]
-        ax.barh(labels[::-1], list(df["jobs"])[::-1])
-        ax.set_xlabel("jobs whose last attempt failed with it")
-    ax.set_title("Top errors")
-    _save(fig, path)
-
-
-CHARTS = {
-    "throughput": "throughput.png",
-    "latency": "latency.png",
-    "wait_run": "wait_run.png",
+CHARTS: Final = {
+    "activity": "activity.png",
+    "times": "times.png",
     "attempts": "attempts.png",
-    "chains_by_status": "chains_by_status.png",
     "errors": "errors.png",
+    "chains_by_status": "chains_by_status.png",
+    "chain_durations": "chain_durations.png",
 }
+FOLDED_ROWS: Final = 40
+"""Tables longer than this are folded (``<details>``) on the page; the files have every row."""
+
+STYLE: Final = (
+    "body{font-family:system-ui,sans-serif;margin:1.5em auto;max-width:1320px;padding:0 1em;color:#222}"
+    "table{border-collapse:collapse;font-size:13px;margin:.5em 0 1em}"
+    "td,th{border:1px solid #ddd;padding:3px 8px;vertical-align:top}"
+    "th{background:#f4f4f4;text-align:left}th.group{text-align:center}"
+    ".num{text-align:right;white-space:nowrap}"
+    "td{overflow-wrap:anywhere;max-width:48em}"
+    "img{max-width:100%;height:auto;display:block;margin:.5em 0}"
+    ".wide{overflow-x:auto;max-width:100%}"
+    ".note{color:#555;font-size:14px;max-width:60em}"
+    "details summary{cursor:pointer;color:#036}"
+)
 
 
 def write_report(report: Report, out: str | Path) -> Path:
     """Write everything under ``out`` and return the path of report.html."""
     root = Path(out)
-    (root / "charts").mkdir(parents=True, exist_ok=True)
-    (root / "tables").mkdir(parents=True, exist_ok=True)
+    charts, tables = root / "charts", root / "tables"
+    charts.mkdir(parents=True, exist_ok=True)
+    tables.mkdir(parents=True, exist_ok=True)
     t = report.tables
-    _throughput_chart(t["throughput"], root / "charts" / CHARTS["throughput"], report.period)
-    _latency_chart(t["summary"], root / "charts" / CHARTS["latency"])
-    _wait_run_chart(t["summary"], root / "charts" / CHARTS["wait_run"])
-    _attempts_chart(t["attempts"], root / "charts" / CHARTS["attempts"])
-    _status_chart(t["chains_by_status"], root / "charts" / CHARTS["chains_by_status"])
-    _errors_chart(t["errors"], root / "charts" / CHARTS["errors"])
+    activity_chart(t["throughput"], charts / CHARTS["activity"], report.period)
+    times_chart(t["summary"], charts / CHARTS["times"])
+    attempts_chart(t["attempts"], charts / CHARTS["attempts"])
+    errors_chart(t["errors"], charts / CHARTS["errors"])
+    status_chart(t["chains_by_status"], charts / CHARTS["chains_by_status"])
+    chain_durations_chart(t["chain_durations"], charts / CHARTS["chain_durations"])
     for name, df in t.items():
-        df.to_parquet(root / "tables" / f"{name}.parquet", index=False)
-        df.to_csv(root / "tables" / f"{name}.csv", index=False)
+        df.to_parquet(tables / f"{name}.parquet", index=False)
+        df.to_csv(tables / f"{name}.csv", index=False)
     path = root / "report.html"
-    path.write_text(_html(report), encoding="utf-8")
+    path.write_text(render_html(report), encoding="utf-8")
     return path
 
 
-def _html(report: Report) -> str:
-    parts = [
-        "<!doctype html><html><head><meta charset='utf-8'><title>jobchain report</title>",
-        "<style>body{font-family:sans-serif;margin:2em}table{border-collapse:collapse;font-size:13px}"
-        "td,th{border:1px solid #ccc;padding:3px 6px}img{max-width:100%}</style></head><body>",
-        "<h1>jobchain job history</h1>",
-        f"<p>Generated {html.escape(report.generated_at.isoformat())} per {html.escape(report.period)} from "
-        f"{html.escape(', '.join(report.sources))}.</p>",
-    ]
-    parts += [f"<p><em>{html.escape(note)}</em></p>" for note in report.notes]
-    sections = [
-        ("Throughput", "throughput", "throughput"),
-        ("Summary by job type", "summary", "latency"),
-        (f"Wait and run time per {report.period}", "timing", "wait_run"),
-        ("Attempts", "attempts", "attempts"),
-        ("Top errors", "errors", "errors"),
-        ("Chains by status", "chains_by_status", "chains_by_status"),
-    ]
-    for title, table, chart in sections:
-        parts.append(f"<h2>{title}</h2><img src='charts/{CHARTS[chart]}' alt='{title}'>")
-        parts.append(report.tables[table].to_html(index=False, na_rep="", border=0))
-    parts.append("</body></html>")
+def _columns(period: str) -> dict[str, list[Col]]:
+    """The page columns of every table, in order, with their headings."""
+    unit = period.capitalize()
+    return {
+        "throughput": [
+            text("type_name", "Job type"),
+            Col("period", unit, period_formatter(period), numeric=False),
+            count("started", "Started"),
+            count("completed", "Completed"),
+            count("with_failure", "With a failure"),
+            count("backlog", "Backlog at end"),
+            Col("throughput_per_hour", "Completed per hour", format_number),
+        ],
+        "summary_jobs": [
+            text("type_name", "Job type"),
+            count("jobs", "Jobs"),
+            count("completed", "Completed"),
+            count("attempted", "Claimed"),
+            count("retried", "Retried"),
+            Col("retry_rate", "Retry rate", format_percent),
+            Col("oldest_pending_created_at", "Oldest pending since (UTC)", format_time),
+            duration("oldest_pending_age_s", "Oldest pending age"),
+        ],
+        "summary_times": [
+            text("type_name", "Job type"),
+            *percentiles("latency", "Latency"),
+            *percentiles("wait", "Wait"),
+            *percentiles("run", "Run"),
+            *percentiles("retry_delay", "Retry delay"),
+        ],
+        "timing": [
+            text("type_name", "Job type"),
+            Col("period", unit, period_formatter(period), numeric=False),
+            count("waited", "Jobs", "Wait"),
+            *[duration(f"wait_p{q}_s", f"p{q}", "Wait") for q in (50, 95, 99)],
+            count("ran", "Jobs", "Run"),
+            *[duration(f"run_p{q}_s", f"p{q}", "Run") for q in (50, 95, 99)],
+        ],
+        "attempts": [text("type_name", "Job type"), count("attempt", "Attempts made"), count("jobs", "Jobs")],
+        "errors": [
+            text("type_name", "Job type"),
+            text("error_type", "Error type"),
+            text("error", "Error"),
+            count("jobs", "Jobs"),
+            count("attempts", "Attempts so far"),
+            Col("last_seen_at", "Last seen (UTC)", format_time),
+        ],
+        "chains_by_status": [
+            text("chain_type", "Chain type"),
+            text("status", "Status"),
+            count("chains", "Chains"),
+        ],
+        "chain_durations": [
+            text("chain_type", "Chain type"),
+            count("chains", "Chains"),
+            count("completed", "Completed"),
+            *percentiles("duration", "Duration (root created → last job completed)"),
+        ],
+        "chain_steps": [
+            text("chain_type", "Chain type"),
+            count("step", "Step"),
+            text("type_name", "Job type"),
+            count("jobs", "Jobs"),
+            count("completed", "Completed"),
+            duration("latency_p50_s", "Latency", "Median"),
+            duration("wait_p50_s", "Wait", "Median"),
+            duration("run_p50_s", "Run", "Median"),
+        ],
+    }
+
+
+def _table(frame: pd.DataFrame, columns: list[Col], file: str) -> str:
+    table = f"<div class='wide'>{html_table(frame, columns)}</div>"
+    if len(frame) <= FOLDED_ROWS:
+        return table
+    summary = f"Show all {len(frame):,} rows (also in tables/{file}.csv)"
+    return f"<details><summary>{summary}</summary>{table}</details>"
+
+
+def _section(title: str, intro: str, chart: str | None, body: str) -> str:
+    parts = [f"<h2>{html.escape(title)}</h2>", f"<p class='note'>{html.escape(intro)}</p>"]
+    if chart is not None:
+        parts.append(f"<img src='charts/{CHARTS[chart]}' alt='{html.escape(title)}'>")
+    parts.append(body)
     return "\n".join(parts)
 
 
-__all__ = ["CHARTS", "write_report"]
+def render_html(report: Report) -> str:
+    """The report page: notes, then one section per chart and table."""
+    t, cols, period = report.tables, _columns(report.period), report.period
+
+    def table(name: str, key: str) -> str:
+        return _table(t[name], cols[key], name)
+
+    sections = [
+        _section(
+            f"Activity per {period}",
+            f"Per job type and {period}: jobs started (created), completed, with a failed attempt "
+            "(by when their last failure ended) and the backlog (created, not completed) at the "
+            f"{period}'s end. The {len(t['throughput']):,} rows are in tables/throughput.",
+            "activity",
+            table("throughput", "throughput"),
+        ),
+        _section(
+            "Jobs by type",
+            "Claimed: a worker took the job at least once. Retried: it needed more than one attempt.",
+            None,
+            table("summary", "summary_jobs"),
+        ),
+        _section(
+            "Times by type",
+            "Latency: created → completed. Wait: created → first attempt. Run: start of the last "
+            "attempt → completed. Retry delay: last failed attempt → completed. Nearest-rank "
+            "percentiles; — where no job qualifies.",
+            "times",
+            table("summary", "summary_times"),
+        ),
+        _section(
+            f"Wait and run time per {period}",
+            f"Wait by the {period} a job was created in, run by the {period} it completed in.",
+            None,
+            table("timing", "timing"),
+        ),
+        _section(
+            "Attempts",
+            "Jobs by the number of attempts they have made.",
+            "attempts",
+            table("attempts", "attempts"),
+        ),
+        _section(
+            "Top errors",
+            "Grouped by job type and the exception that was raised (its type and the first line "
+            "of its message). Counts pending and running jobs by their last attempt's error; "
+            "errors of attempts that later succeeded are not kept by this version.",
+            "errors",
+            table("errors", "errors"),
+        ),
+        _section(
+            "Chain durations",
+            "Per chain type: chains, completed chains, and how long completed chains took from "
+            "the root job's creation to the completion of their last job.",
+            "chain_durations",
+            table("chain_durations", "chain_durations"),
+        ),
+        _section(
+            "Chain steps",
+            "Per chain type, each step (1 is the root job) and the job type that ran it, with "
+            "median latency, wait and run.",
+            None,
+            table("chain_steps", "chain_steps"),
+        ),
+        _section(
+            "Chains by status",
+            "Chains per chain type and status (a chain's status is that of its last job).",
+            "chains_by_status",
+            table("chains_by_status", "chains_by_status"),
+        ),
+    ]
+    head = (
+        "<!doctype html><html lang='en'><head><meta charset='utf-8'>"
+        "<meta name='viewport' content='width=device-width, initial-scale=1'>"
+        f"<title>jobchain report</title><style>{STYLE}</style></head><body>"
+    )
+    intro = [
+        "<h1>jobchain job history</h1>",
+        f"<p>Generated {html.escape(generated_label(report.generated_at))}, per {html.escape(period)}, "
+        f"from {html.escape(', '.join(report.sources))}. Times are UTC.</p>",
+        *[f"<p class='note'><em>{html.escape(note)}</em></p>" for note in report.notes],
+    ]
+    return "\n".join([head, *intro, *sections, "</body></html>"])
+
+
+__all__ = ["CHARTS", "FOLDED_ROWS", "render_html", "write_report"]

@@ -1,0 +1,262 @@
+"""PNG charts of a report: one panel per measure, top types plus "other", legends outside.
+
+Rules every chart follows, so that 24 job types next to one of 200,000 jobs stay readable:
+
+- at most :data:`TOP_TYPES` job (or chain) types are drawn, the largest by jobs; the rest
+  are summed into one ``other`` series (counts) or left out (percentiles, with the panel
+  saying so);
+- each series has its own colour (``tab10``: ten distinct colours, so nine types plus other);
+- the legend sits to the right of the plot area, never on the data;
+- a panel whose largest series is :data:`LOG_RATIO` times its smallest uses a log scale (a
+  ``symlog`` scale for counts, so zero stays drawable), and the panel title says which.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Final
+
+import matplotlib
+
+matplotlib.use("Agg")  # files only; never open a window (servers and CI have no display)
+
+import matplotlib.pyplot as plt
+import pandas as pd
+from matplotlib.axes import Axes
+from matplotlib.figure import Figure
+from matplotlib.ticker import FuncFormatter
+
+from jobchain_spark.report_format import format_count, human_seconds_ticks
+
+TOP_TYPES: Final = 9
+LOG_RATIO: Final = 50.0
+OTHER: Final = "other"
+COLOURS: Final = tuple(tuple(matplotlib.colormaps["tab10"](i)[:3]) for i in range(10))
+WIDTH: Final = 13.0  # inches at 100 dpi: 1,300 px, inside a 1,400 px page with its margins
+
+
+def _save(fig: Figure, path: Path) -> None:
+    fig.savefig(path, format="png", dpi=100, bbox_inches="tight")
+    plt.close(fig)
+
+
+def _empty(ax: Axes, what: str) -> None:
+    ax.text(0.5, 0.5, f"no {what}", ha="center", va="center")
+    ax.set_axis_off()
+
+
+def top_types(totals: pd.Series, limit: int = TOP_TYPES) -> list[str]:
+    """The ``limit`` largest names of ``totals``, or all of them if that is one more at most."""
+    ordered = totals.sort_values(ascending=False, kind="stable")
+    keep = len(ordered) if len(ordered) <= limit + 1 else limit  # "other" of one type helps nobody
+    return [str(name) for name in ordered.index[:keep]]
+
+
+def _grouped(frame: pd.DataFrame, key: str, keep: Sequence[str]) -> pd.DataFrame:
+    """``frame`` with every ``key`` value outside ``keep`` renamed to ``other``."""
+    out = frame.copy()
+    out[key] = out[key].where(out[key].isin(list(keep)), OTHER)
+    return out
+
+
+def _colour(names: Sequence[str]) -> dict[str, tuple[float, ...]]:
+    colours = {
+        name: tuple(COLOURS[i % len(COLOURS)]) for i, name in enumerate(n for n in names if n != OTHER)
+    }
+    colours[OTHER] = (0.55, 0.55, 0.55)
+    return colours
+
+
+def wants_log(values: Sequence[float]) -> bool:
+    """True when the largest positive value is LOG_RATIO times the smallest or more."""
+    positive = [float(v) for v in values if float(v) > 0]
+    return len(positive) > 1 and max(positive) >= LOG_RATIO * min(positive)
+
+
+def _legend(fig: Figure, ax: Axes) -> None:
+    handles, labels = ax.get_legend_handles_labels()
+    if handles:
+        fig.legend(handles, labels, loc="center left", bbox_to_anchor=(1.0, 0.5), frameon=False)
+
+
+def activity_chart(throughput: pd.DataFrame, path: Path, period: str) -> None:
+    """Four panels over time: started, completed, jobs with a failure, backlog."""
+    panels = (
+        ("started", f"Started (created) per {period}"),
+        ("completed", f"Completed per {period}"),
+        ("with_failure", f"Jobs whose last failure ended in the {period}"),
+        ("backlog", f"Backlog: not completed at the {period}'s end"),
+    )
+    fig, axes = plt.subplots(2, 2, figsize=(WIDTH - 2.5, 7), sharex=True)
+    if throughput.empty:
+        for ax, (_, title) in zip(axes.flat, panels, strict=True):
+            _empty(ax, "jobs")
+            ax.set_title(title)
+        _save(fig, path)
+        return
+    keep = top_types(throughput.groupby("type_name")["started"].sum())
+    frame = _grouped(throughput, "type_name", keep)
+    names = [*keep, OTHER] if OTHER in set(frame["type_name"]) else keep
+    colours = _colour(names)
+    periods = pd.Index(sorted(frame["period"].unique()), name="period")
+    for ax, (measure, title) in zip(axes.flat, panels, strict=True):
+        wide = frame.pivot_table(index="period", columns="type_name", values=measure, aggfunc="sum")
+        wide = wide.reindex(periods).reindex(columns=names)
+        # Counts are zero in a period without rows; the backlog carries over from the last one.
+        wide = wide.ffill().fillna(0) if measure == "backlog" else wide.fillna(0)
+        for name in names:
+            ax.plot(wide.index, wide[name], marker="o", markersize=3, color=colours[name], label=name)
+        log = wants_log([wide[name].max() for name in names])
+        if log:
+            ax.set_yscale("symlog", linthresh=1)
+        ax.yaxis.set_major_formatter(FuncFormatter(lambda v, _p: format_count(v) if v >= 0 else ""))
+        ax.set_title(f"{title} ({'log' if log else 'linear'} scale)", fontsize="medium")
+        ax.set_ylabel("jobs")
+        ax.grid(True, alpha=0.3)
+    fig.autofmt_xdate()
+    _legend(fig, axes.flat[0])
+    fig.tight_layout()
+    _save(fig, path)
+
+
+def _percentile_bars(ax: Axes, frame: pd.DataFrame, name: str, label: str) -> None:
+    """Horizontal p50/p95/p99 bars of ``name`` per row label, log scale when spread."""
+    columns = [f"{name}_p{q}_s" for q in (50, 95, 99)]
+    data = frame[columns].dropna(how="all") if not frame.empty else frame
+    if data.empty:
+        _empty(ax, label)
+        ax.set_title(label)
+        return
+    data = data.iloc[::-1]  # largest type on top
+    height = 0.27
+    positions = range(len(data))
+    for i, (column, colour) in enumerate(zip(columns, ("#4c72b0", "#dd8452", "#c44e52"), strict=True)):
+        values = data[column].fillna(0).clip(lower=0)
+        ax.barh(
+            [p + (i - 1) * height for p in positions],
+            values,
+            height=height,
+            color=colour,
+            label=column[-5:-2],
+        )
+    ax.set_yticks(list(positions), [str(i) for i in data.index])
+    log = wants_log(list(data[columns].stack()))
+    if log:
+        ax.set_xscale("log")
+        positive = [float(v) for v in data[columns].stack() if float(v) > 0]
+        ax.set_xlim(left=min(positive) / 2)  # bars start at 0, which a log axis cannot show
+    ax.xaxis.set_major_formatter(FuncFormatter(human_seconds_ticks))
+    ax.set_title(f"{label} ({'log' if log else 'linear'} scale)", fontsize="medium")
+    ax.grid(True, axis="x", alpha=0.3)
+
+
+def times_chart(summary: pd.DataFrame, path: Path) -> None:
+    """Three panels per job type: latency, wait and run p50/p95/p99."""
+    keep = top_types(summary.set_index("type_name")["jobs"]) if not summary.empty else []
+    frame = summary.set_index("type_name").loc[keep] if keep else summary
+    fig, axes = plt.subplots(1, 3, figsize=(WIDTH - 1.5, 1.5 + 0.45 * max(len(keep), 2)), sharey=True)
+    panels = (
+        ("latency", "Latency: created → completed"),
+        ("wait", "Wait: created → first attempt"),
+        ("run", "Run: last attempt → completed"),
+    )
+    for ax, (name, label) in zip(axes, panels, strict=True):
+        _percentile_bars(ax, frame, name, label)
+    _legend(fig, axes[0])
+    if len(summary) > len(keep):
+        fig.suptitle(f"the {len(keep)} job types with most jobs; all {len(summary)} are in the table below")
+    fig.tight_layout()
+    _save(fig, path)
+
+
+def chain_durations_chart(durations: pd.DataFrame, path: Path) -> None:
+    """One panel: chain duration p50/p95/p99 per chain type."""
+    keep = top_types(durations.set_index("chain_type")["chains"]) if not durations.empty else []
+    frame = durations.set_index("chain_type").loc[keep] if keep else durations
+    fig, ax = plt.subplots(figsize=(WIDTH - 4, 1.5 + 0.45 * max(len(keep), 2)))
+    _percentile_bars(ax, frame, "duration", "Chain duration: root created → last job completed")
+    _legend(fig, ax)
+    fig.tight_layout()
+    _save(fig, path)
+
+
+def attempts_chart(attempts: pd.DataFrame, path: Path) -> None:
+    """Jobs per attempt count, per job type (top types plus other)."""
+    fig, ax = plt.subplots(figsize=(WIDTH - 4, 4))
+    if attempts.empty:
+        _empty(ax, "attempts")
+    else:
+        keep = top_types(attempts.groupby("type_name")["jobs"].sum())
+        frame = _grouped(attempts, "type_name", keep)
+        names = [*keep, OTHER] if OTHER in set(frame["type_name"]) else keep
+        wide = frame.pivot_table(index="attempt", columns="type_name", values="jobs", aggfunc="sum")
+        wide = wide.reindex(columns=names).fillna(0)
+        colours = _colour(names)
+        wide.plot.bar(ax=ax, color=[colours[n] for n in names], legend=False, rot=0)
+        log = wants_log(list(wide.to_numpy().ravel()))
+        if log:
+            ax.set_yscale("symlog", linthresh=1)
+        ax.yaxis.set_major_formatter(FuncFormatter(lambda v, _p: format_count(v) if v >= 0 else ""))
+        ax.set_xlabel("attempts made")
+        ax.set_ylabel("jobs")
+        ax.set_title(f"Jobs by attempts made ({'log' if log else 'linear'} scale)", fontsize="medium")
+        _legend(fig, ax)
+    fig.tight_layout()
+    _save(fig, path)
+
+
+def status_chart(by_status: pd.DataFrame, path: Path) -> None:
+    """Chains per chain type, stacked by status (top chain types plus other)."""
+    fig, ax = plt.subplots(figsize=(WIDTH - 4, 4))
+    if by_status.empty:
+        _empty(ax, "chains")
+    else:
+        keep = top_types(by_status.groupby("chain_type")["chains"].sum())
+        frame = _grouped(by_status, "chain_type", keep)
+        wide = frame.pivot_table(index="chain_type", columns="status", values="chains", aggfunc="sum").fillna(
+            0
+        )
+        wide = wide.reindex([*keep, OTHER] if OTHER in wide.index else keep).iloc[::-1]
+        wide.plot.barh(ax=ax, stacked=True, legend=False, colormap="tab10")
+        ax.xaxis.set_major_formatter(FuncFormatter(lambda v, _p: format_count(v) if v >= 0 else ""))
+        ax.set_xlabel("chains")
+        ax.set_ylabel("")
+        ax.set_title("Chains by type and status (linear scale: shares within a type)", fontsize="medium")
+        _legend(fig, ax)
+    fig.tight_layout()
+    _save(fig, path)
+
+
+def errors_chart(errors: pd.DataFrame, path: Path) -> None:
+    """Jobs per top error (job type: error), largest on top."""
+    fig, ax = plt.subplots(figsize=(WIDTH - 4, 1.5 + 0.4 * max(len(errors), 2)))
+    if errors.empty:
+        _empty(ax, "errors")
+    else:
+        labels = [_short(f"{t}: {e}") for t, e in zip(errors["type_name"], errors["error"], strict=True)]
+        ax.barh(labels[::-1], list(errors["jobs"])[::-1], color="#c44e52")
+        ax.xaxis.set_major_formatter(FuncFormatter(lambda v, _p: format_count(v) if v >= 0 else ""))
+        ax.set_xlabel("jobs whose last attempt failed with it")
+    ax.set_title("Top errors (pending and running jobs' last attempts)", fontsize="medium")
+    fig.tight_layout()
+    _save(fig, path)
+
+
+def _short(label: str, limit: int = 70) -> str:
+    return label if len(label) <= limit else label[: limit - 1] + "…"
+
+
+__all__ = [
+    "LOG_RATIO",
+    "OTHER",
+    "TOP_TYPES",
+    "activity_chart",
+    "attempts_chart",
+    "chain_durations_chart",
+    "errors_chart",
+    "status_chart",
+    "times_chart",
+    "top_types",
+    "wants_log",
+]
