@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import os
 import time
+from collections import Counter
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
@@ -40,6 +41,11 @@ class CellPlan:
     """Notify URL of workers and producer; None: PostgreSQL LISTEN/NOTIFY on the state server."""
     input: dict[str, object] = field(default_factory=dict)
 
+    @property
+    def slots(self) -> int:
+        """Jobs the workers can run at once: the most one database fault can interrupt."""
+        return self.workers * self.knobs.concurrency
+
 
 class CellRun:
     """A running cell: what a fault schedule may touch, and the fault log it fills."""
@@ -58,6 +64,8 @@ class CellRun:
             WorkerProcess(i, state=self.state, notify=self.notify, knobs=plan.knobs, workdir=workdir)
             for i in range(plan.workers)
         ]
+        self.in_flight_sets: list[set[str]] = []
+        """Per fault, the jobs in flight at it: the only ones allowed to run again."""
         self.producer = Producer(
             self.state, self.notify, rate=plan.rate, duration=plan.duration, input=plan.input
         )
@@ -81,7 +89,12 @@ class CellRun:
         fault.ended = time.time()
         fault.committed_before = len(self.producer.committed)
         if fault.killed_pid is None:
-            fault.in_flight = len(self.logged_jobs() - done)
+            # Allowed to run again: every job logged by the end whose completion had not
+            # committed when the fault began. Counted as in flight: those of them still not
+            # completed once it ended (what the fault interrupted or held up).
+            touched = self.logged_jobs() - done
+            self.in_flight_sets.append(touched)
+            fault.in_flight = len(touched - await self.done_jobs())
         self.figures.faults.append(fault)
 
     async def kill_worker(self, index: int) -> Fault:
@@ -96,9 +109,22 @@ class CellRun:
         latest: dict[str, int] = {}
         for job_id, pid, _ in executions:
             latest[job_id] = pid
-        fault.in_flight = sum(1 for j, pid in latest.items() if pid == fault.killed_pid and j not in done)
+        in_flight = {j for j, pid in latest.items() if pid == fault.killed_pid and j not in done}
+        fault.in_flight = len(in_flight)
+        self.in_flight_sets.append(in_flight)
         await asyncio.to_thread(worker.start)
         return fault
+
+
+def _log_levels(workers: list[WorkerProcess]) -> dict[str, int]:
+    """WARNING and ERROR lines the workers wrote (how loud a fault is)."""
+    counts: Counter[str] = Counter()
+    for worker in workers:
+        for line in worker.tail(chars=50_000_000).splitlines():
+            for level in ("WARNING", "ERROR", "CRITICAL"):
+                if f" {level} " in line:
+                    counts[level] += 1
+    return dict(counts)
 
 
 def _create_database(server: PrivateServer, database: str) -> None:
@@ -134,7 +160,12 @@ async def run_cell(
         run.figures.extra["drain_after_producer_s"] = round(drained, 3)
         await audit(run.conninfo, run.figures, run.producer.committed, run.producer.uncertain, run.exec_log)
         run.figures.extra["failed_batches"] = run.producer.failed_batches
+        allowed: set[str] = set().union(*run.in_flight_sets)
+        rerun = {j for j, n in Counter(j for j, _, _ in read_executions(run.exec_log)).items() if n > 1}
+        run.figures.extra["re_executed_jobs"] = len(rerun)
+        run.figures.extra["re_executed_not_in_flight"] = sorted(rerun - allowed)[:20]
         run.figures.extra["worker_logs"] = [str(w.log_file) for w in run.workers]
+        run.figures.extra["worker_log_lines"] = _log_levels(run.workers)
     finally:
         for worker in run.workers:
             await asyncio.to_thread(worker.stop)
@@ -159,6 +190,7 @@ def assert_cell(
     assert figures.crash_re_executions <= figures.in_flight_at_crashes, details
     assert figures.crash_re_executions <= crash_slots, details
     assert figures.other_re_executions <= max_other_re_executions, details
+    assert not figures.extra.get("re_executed_not_in_flight"), f"a job ran again that no fault hit; {details}"
     for fault in figures.faults:
         assert fault.first_completion_after is not None, f"nothing completed after {fault}; {details}"
         assert fault.backlog_drained_after is not None

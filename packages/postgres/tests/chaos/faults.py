@@ -70,13 +70,15 @@ def _reachable(port: int) -> bool:
         return False
 
 
-class PrivateRedis:
-    """A redis-server of this session on a free loopback port; stop and start it on that port."""
+class PrivateBroker:
+    """A redis-server or nats-server of this test on a free loopback port; kill it and start it
+    again on the same port."""
 
-    def __init__(self, directory: Path) -> None:
-        binary = shutil.which("redis-server")
+    def __init__(self, kind: str, directory: Path) -> None:
+        binary = shutil.which("redis-server" if kind == "redis" else "nats-server")
         if binary is None:
-            raise RuntimeError("redis-server is not installed")
+            raise RuntimeError(f"the {kind} server is not installed")
+        self.kind = kind
         self.binary = binary
         self.directory = directory
         self.port = free_port()
@@ -84,22 +86,23 @@ class PrivateRedis:
 
     @property
     def url(self) -> str:
-        return f"redis://127.0.0.1:{self.port}/0"
+        return f"redis://127.0.0.1:{self.port}/0" if self.kind == "redis" else f"nats://127.0.0.1:{self.port}"
+
+    def _command(self) -> list[str]:
+        if self.kind == "redis":
+            return [
+                *(self.binary, "--port", str(self.port), "--bind", "127.0.0.1"),
+                *("--save", "", "--appendonly", "no", "--dir", str(self.directory)),
+            ]
+        return [self.binary, "-a", "127.0.0.1", "-p", str(self.port), "-js", "-sd", str(self.directory)]
 
     def start(self) -> None:
         assert self.process is None, "already running"
-        self.process = subprocess.Popen(
-            [
-                *(self.binary, "--port", str(self.port), "--bind", "127.0.0.1"),
-                *("--save", "", "--appendonly", "no", "--dir", str(self.directory)),
-            ],
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.DEVNULL,
-        )
+        self.process = subprocess.Popen(self._command(), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         deadline = time.monotonic() + 10
         while not _reachable(self.port):
             if self.process.poll() is not None or time.monotonic() > deadline:
-                raise RuntimeError(f"private redis-server on port {self.port} did not start")
+                raise RuntimeError(f"private {self.kind} server on port {self.port} did not start")
             time.sleep(0.02)
 
     def kill(self) -> None:
