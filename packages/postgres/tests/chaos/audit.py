@@ -140,10 +140,16 @@ async def audit(
         jobs = {row[0]: (row[1], row[2]) for row in await cursor.fetchall()}
         cursor = await conn.execute("SELECT job_id::text, extract(epoch FROM done_at) FROM chaos_audit")
         audit_rows = [(row[0], float(row[1])) for row in await cursor.fetchall()]
+        cursor = await conn.execute(
+            f"SELECT extract(epoch FROM j.created_at), extract(epoch FROM a.done_at) "
+            f"FROM {JOB_TABLE} j JOIN chaos_audit a ON a.job_id = j.id"
+        )
+        latencies = [(float(row[0]), float(row[1])) for row in await cursor.fetchall()]
     figures.started = len(committed)
     figures.uncertain = len(uncertain)
+    known = set(committed)
     not_done = [j for j in committed if jobs.get(j, ("missing", None))[0] != "completed"]
-    not_done += [j for j, (status, _) in jobs.items() if status != "completed" and j not in set(committed)]
+    not_done += [j for j, (status, _) in jobs.items() if status != "completed" and j not in known]
     figures.lost = len(not_done)
     figures.lost_ids = sorted(set(not_done))[:20]
     figures.completed = sum(1 for status, _ in jobs.values() if status == "completed")
@@ -154,6 +160,31 @@ async def audit(
     figures.missing_audit = sum(1 for j, (s, _) in jobs.items() if s == "completed" and j not in per_job)
     _count_executions(figures, read_executions(exec_log))
     _recovery(figures, audit_rows, committed)
+    _latency(figures, latencies)
+
+
+def _percentile(values: list[float], fraction: float) -> float | None:
+    if not values:
+        return None
+    ordered = sorted(values)
+    return round(ordered[min(len(ordered) - 1, int(fraction * len(ordered)))], 3)
+
+
+def _latency(figures: Figures, rows: list[tuple[float, float]]) -> None:
+    """Start-to-completion latency of chains started before the first fault and of those
+    started a second after the last one: whether the workers came back to their old pace
+    (a notify backend that never reconnects leaves them polling)."""
+    if not figures.faults:
+        phases = {"all": [done - created for created, done in rows]}
+    else:
+        first, last = figures.faults[0].started, figures.faults[-1].ended + 1.0
+        phases = {
+            "before": [done - created for created, done in rows if created < first],
+            "after": [done - created for created, done in rows if created > last],
+        }
+    for phase, values in phases.items():
+        figures.extra[f"latency_{phase}_p50_s"] = _percentile(values, 0.5)
+        figures.extra[f"latency_{phase}_p95_s"] = _percentile(values, 0.95)
 
 
 def _count_executions(figures: Figures, executions: list[tuple[str, int, int]]) -> None:

@@ -101,5 +101,10 @@ def pytest_terminal_summary(terminalreporter: Any, config: pytest.Config) -> Non
         terminalreporter.write_line("  ".join(v.rjust(w) for v, w in zip(row, widths, strict=True)))
     for cell in results:
         if cell.get("extra"):
-            shown = {k: v for k, v in cell["extra"].items() if k != "worker_logs"}
+            # Id lists go to the JSON file; the table line shows how many.
+            shown = {
+                k: len(v) if isinstance(v, list) else v
+                for k, v in cell["extra"].items()
+                if k != "worker_logs"
+            }
             terminalreporter.write_line(f"{cell['cell']}: {json.dumps(shown, default=str)}")

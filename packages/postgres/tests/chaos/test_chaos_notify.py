@@ -14,6 +14,7 @@ from jobchain_postgres.testing import PrivateServer
 from .audit import Figures
 from .cells import FULL, CellPlan, CellRun, assert_cell, run_cell
 from .faults import PrivateBroker
+from .harness import Knobs
 
 pytestmark = [pytest.mark.chaos, pytest.mark.timeout(900 if FULL else 240)]
 
@@ -35,7 +36,13 @@ async def test_notify_broker_outages_lose_nothing(
     chaos_server: PrivateServer, tmp_path: Path, record_figures: list[Figures], broker: PrivateBroker
 ) -> None:
     outages, outage, every = (4, 15.0, 10.0) if FULL else (2, 5.0, 5.0)
-    plan = CellPlan(name=f"{broker.kind}-away", duration=outages * (outage + every) + 4, notify=broker.url)
+    plan = CellPlan(
+        name=f"{broker.kind}-away",
+        duration=outages * (outage + every) + 4,
+        notify=broker.url,
+        # Polls far apart: latency after the outage shows whether wake-ups came back.
+        knobs=Knobs(poll_interval=3.0),
+    )
 
     async def schedule(run: CellRun) -> None:
         for _ in range(outages):
