@@ -6,7 +6,11 @@
     jobchain-spark report --url sqlite:///jobchain.db --archive ./archive --out ./report --period day
 
 ``--master`` picks the Spark master (default ``local[*]``); on a cluster run it through
-``spark-submit`` and the session it provides is used.
+``spark-submit`` and the session it provides is used. A local session runs its Python
+workers with this interpreter unless ``PYSPARK_PYTHON`` is set.
+
+An error prints one line (``error: ...``) and exits non-zero; ``jobchain-spark --debug ...``
+prints the full Python and Java trace instead.
 """
 
 from __future__ import annotations
@@ -16,23 +20,43 @@ from typing import Any
 
 import click
 
-from jobchain.errors import JobchainError
 from jobchain.url import mask_url
+from jobchain_spark.cli_errors import exit_code, one_line
 
 
 def _session(master: str | None) -> Any:
-    from pyspark.sql import SparkSession
+    from jobchain_spark.session import local_session
 
-    builder = SparkSession.builder.appName("jobchain-spark")
-    if master:
-        builder = builder.master(master)
-    session = builder.getOrCreate()
-    session.sparkContext.setLogLevel("ERROR")
-    return session
+    debug = bool(click.get_current_context().find_root().params.get("debug"))
+    # Without --debug Spark's own log stays silent: its stack traces would bury our one line.
+    return local_session(master, quiet=not debug)
 
 
-@click.group()
-def main() -> None:
+def _check_url(url: str) -> None:
+    """Reject a bad state URL before a JVM is started for it."""
+    from jobchain_spark.dialects import dialect_for
+
+    dialect_for(url)
+
+
+class _OneLineErrors(click.Group):
+    """Turns any error of a command into one line on stderr (the full trace with --debug)."""
+
+    def invoke(self, ctx: click.Context) -> Any:
+        try:
+            return super().invoke(ctx)
+        except (click.exceptions.Exit, click.ClickException, click.Abort):
+            raise
+        except Exception as exc:
+            if ctx.params.get("debug"):
+                raise
+            click.echo(f"error: {one_line(exc)} (run with --debug for the full trace)", err=True)
+            sys.exit(exit_code(exc))
+
+
+@click.group(cls=_OneLineErrors)
+@click.option("--debug", is_flag=True, help="On error, print the full Python and Java trace.")
+def main(debug: bool) -> None:
     """Read, archive and report jobchain job history with Spark."""
 
 
@@ -53,22 +77,19 @@ def archive_command(url: str, older_than: str, to: str, batch_size: int, master:
     from jobchain_spark.archive import archive
     from jobchain_spark.durations import parse_duration
 
-    try:
-        age = parse_duration("older-than", older_than)
-        spark = _session(master)
-        with Progress(
-            TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn()
-        ) as bar:
-            task = bar.add_task("deleting archived chains", total=None)
+    age = parse_duration("older-than", older_than)
+    _check_url(url)
+    spark = _session(master)
+    with Progress(
+        TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn()
+    ) as bar:
+        task = bar.add_task("deleting archived chains", total=None)
 
-            def progress(stage: str, done: int, total: int) -> None:
-                bar.update(task, completed=done, total=total)
+        def progress(stage: str, done: int, total: int) -> None:
+            bar.update(task, completed=done, total=total)
 
-            click.echo(f"archiving chains completed more than {older_than} ago from {mask_url(url)} to {to}")
-            result = archive(spark, url=url, to=to, older_than=age, batch_size=batch_size, progress=progress)
-    except JobchainError as exc:
-        click.echo(f"error: {exc}", err=True)
-        sys.exit(2)
+        click.echo(f"archiving chains completed more than {older_than} ago from {mask_url(url)} to {to}")
+        result = archive(spark, url=url, to=to, older_than=age, batch_size=batch_size, progress=progress)
     if result.resumed:
         click.echo(f"finished earlier run(s): {', '.join(result.resumed)}")
     click.echo(
@@ -90,12 +111,9 @@ def report_command(url: str, archive_root: str | None, out: str, period: str, ma
     from jobchain_spark.report import build_report
     from jobchain_spark.report_output import write_report
 
-    try:
-        spark = _session(master)
-        path = write_report(build_report(spark, url=url, archive=archive_root, period=period), out)
-    except JobchainError as exc:
-        click.echo(f"error: {exc}", err=True)
-        sys.exit(2)
+    _check_url(url)
+    spark = _session(master)
+    path = write_report(build_report(spark, url=url, archive=archive_root, period=period), out)
     click.echo(f"wrote {path}")
 
 

@@ -1,0 +1,129 @@
+"""The ``jobchain-spark`` command line: one-line errors, ``--debug`` traces, this Python for workers.
+
+The commands run in a child process, as a user runs them: with PYSPARK_PYTHON unset and the
+virtualenv's ``bin`` off the PATH, so the Spark workers find jobchain-spark only if the
+command line points them at its own interpreter.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import sparkkit
+
+from jobchain.connect_backends import open_state
+from jobchain_spark.cli_errors import one_line
+from jobchain_spark.errors import UnknownTableError
+from jobchain_spark.session import PYTHON_VARIABLES, use_this_python
+
+TRACE_MARKS = ("Traceback (most recent call last)", "\tat org.apache.", "Py4JJavaError")
+
+
+def _run(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
+    env = {k: v for k, v in os.environ.items() if k not in PYTHON_VARIABLES}
+    venv_bin = str(Path(sys.executable).parent)
+    env["PATH"] = os.pathsep.join(p for p in env.get("PATH", "").split(os.pathsep) if p != venv_bin)
+    code = "from jobchain_spark.cli import main; main(prog_name='jobchain-spark')"
+    return subprocess.run(
+        [sys.executable, "-c", code, *args],
+        cwd=cwd,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+        stdin=subprocess.DEVNULL,
+        check=False,
+    )
+
+
+def _error_lines(stderr: str) -> list[str]:
+    return [line for line in stderr.splitlines() if line.startswith("error:")]
+
+
+def test_a_bad_url_is_one_line_and_debug_shows_the_trace(tmp_path: Path) -> None:
+    plain = _run("report", "--url", "nosuch://x/y", "--out", "out", cwd=tmp_path)
+    assert plain.returncode == 2
+    assert plain.stderr.strip().splitlines() == _error_lines(plain.stderr)
+    [line] = _error_lines(plain.stderr)
+    assert "option 'url'" in line
+    assert "nosuch://" in line
+    assert "--debug" in line
+    debug = _run("--debug", "report", "--url", "nosuch://x/y", "--out", "out", cwd=tmp_path)
+    assert debug.returncode != 0
+    assert "Traceback (most recent call last)" in debug.stderr
+    assert "BackendNotInstalledError" in debug.stderr
+
+
+def _unreadable_archive(root: Path) -> Path:
+    """A verified run whose jobs table holds a file that is not Parquet."""
+    (root / "_runs").mkdir(parents=True)
+    (root / "jobs").mkdir()
+    manifest = {"run_id": "r1", "state": "verified", "cutoff": "2024-01-01T00:00:00+00:00"}
+    (root / "_runs" / "r1.json").write_text(json.dumps(manifest))
+    (root / "jobs" / "part-00000.parquet").write_text("not parquet at all")
+    return root
+
+
+@pytest.mark.spark
+@pytest.mark.timeout(900)
+def test_a_spark_error_is_one_line_and_debug_shows_the_java_trace(sqlite_url: str, tmp_path: Path) -> None:
+    async def seed() -> None:
+        state = await open_state(sqlite_url)
+        try:
+            await sparkkit.create(state, "resize", 3, sparkkit.T0)
+        finally:
+            await state.close()
+
+    asyncio.run(seed())
+    archive = str(_unreadable_archive(tmp_path / "archive"))
+    args = (
+        "report",
+        "--url",
+        sqlite_url,
+        "--archive",
+        archive,
+        "--out",
+        str(tmp_path / "out"),
+        "--master",
+        "local[1]",
+    )
+    plain = _run(*args, cwd=tmp_path)
+    assert plain.returncode == 1, plain.stderr[-2000:]
+    [line] = _error_lines(plain.stderr)
+    # The live tables were read by Spark's Python workers (this interpreter, PYSPARK_PYTHON
+    # unset), then the archive failed: the line names the file and the cause.
+    assert "part-00000.parquet" in line
+    assert "not a Parquet file" in line
+    assert not [m for m in TRACE_MARKS if m in plain.stderr], plain.stderr[-2000:]
+    debug = _run("--debug", *args, cwd=tmp_path)
+    assert debug.returncode != 0
+    assert "Traceback (most recent call last)" in debug.stderr
+    assert "\tat org.apache.spark" in debug.stderr
+
+
+def test_a_worker_error_carried_by_spark_is_summarised_by_its_last_line() -> None:
+    carried = RuntimeError(
+        "[PYTHON_DATA_SOURCE_ERROR] Failed to plan Python data source read\n"
+        'Traceback (most recent call last):\n  File "reader.py", line 3, in parse\n'
+        "jobchain_spark.errors.UnknownTableError: option 'table': unknown table 'queue'\n"
+        "\tat org.apache.spark.sql.Foo.bar(Foo.scala:1)\n"
+    )
+    assert one_line(carried) == "UnknownTableError: option 'table': unknown table 'queue'"
+    assert one_line(UnknownTableError("table", "unknown")) == "option 'table': unknown"
+    assert one_line(ValueError("bad\nsecond line")) == "ValueError: bad"
+
+
+def test_the_session_helper_points_unset_python_variables_at_this_interpreter(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.delenv("PYSPARK_PYTHON", raising=False)
+    monkeypatch.setenv("PYSPARK_DRIVER_PYTHON", "/opt/custom/python")
+    assert use_this_python() == {"PYSPARK_PYTHON": sys.executable}
+    assert os.environ["PYSPARK_PYTHON"] == sys.executable
+    assert os.environ["PYSPARK_DRIVER_PYTHON"] == "/opt/custom/python"
