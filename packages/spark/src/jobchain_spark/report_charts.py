@@ -5,7 +5,7 @@ Rules every chart follows, so that 24 job types next to one of 200,000 jobs stay
 - at most :data:`TOP_TYPES` job (or chain) types are drawn, the largest by jobs; the rest
   are summed into one ``other`` series (counts) or left out (percentiles, with the panel
   saying so);
-- each series has its own colour (``tab10``: ten distinct colours, so nine types plus other);
+- each series has its own colour (``tab10``: nine distinct colours for nine types, grey for other);
 - the legend sits to the right of the plot area, never on the data;
 - a panel whose largest series is :data:`LOG_RATIO` times its smallest uses a log scale (a
   ``symlog`` scale for counts, so zero stays drawable), and the panel title says which.
@@ -15,24 +15,26 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Final
+from typing import Any, Final
 
 import matplotlib
 
 matplotlib.use("Agg")  # files only; never open a window (servers and CI have no display)
 
 import matplotlib.pyplot as plt
+import numpy as np
 import pandas as pd
 from matplotlib.axes import Axes
 from matplotlib.figure import Figure
-from matplotlib.ticker import FuncFormatter
+from matplotlib.ticker import FuncFormatter, MaxNLocator
 
 from jobchain_spark.report_format import format_count, human_seconds_ticks
 
 TOP_TYPES: Final = 9
-LOG_RATIO: Final = 50.0
+LOG_RATIO: Final = 10.0
 OTHER: Final = "other"
-COLOURS: Final = tuple(tuple(matplotlib.colormaps["tab10"](i)[:3]) for i in range(10))
+# tab10 without its grey, which is kept for "other": nine distinct colours for nine types.
+COLOURS: Final = tuple(tuple(matplotlib.colormaps["tab10"](i)[:3]) for i in range(10) if i != 7)
 WIDTH: Final = 13.0  # inches at 100 dpi: 1,300 px, inside a 1,400 px page with its margins
 
 
@@ -141,14 +143,67 @@ def _percentile_bars(ax: Axes, frame: pd.DataFrame, name: str, label: str) -> No
             label=column[-5:-2],
         )
     ax.set_yticks(list(positions), [str(i) for i in data.index])
-    log = wants_log(list(data[columns].stack()))
-    if log:
-        ax.set_xscale("log")
-        positive = [float(v) for v in data[columns].stack() if float(v) > 0]
-        ax.set_xlim(left=min(positive) / 2)  # bars start at 0, which a log axis cannot show
-    ax.xaxis.set_major_formatter(FuncFormatter(human_seconds_ticks))
+    values = [float(v) for v in data[columns].stack()]
+    log = wants_log(values)
+    _duration_axis(ax, values, log)
     ax.set_title(f"{label} ({'log' if log else 'linear'} scale)", fontsize="medium")
     ax.grid(True, axis="x", alpha=0.3)
+
+
+_H, _D = 3600, 86400
+COARSE_TICKS: Final = (0.01, 0.1, 1, 10, 60, 600, _H, 6 * _H, _D, 7 * _D, 30 * _D)
+FINE_TICKS: Final = (
+    0.01,
+    0.1,
+    0.5,
+    1,
+    2,
+    5,
+    10,
+    30,
+    60,
+    120,
+    300,
+    600,
+    1800,
+    _H,
+    2 * _H,
+    6 * _H,
+    12 * _H,
+    _D,
+    2 * _D,
+)
+UNITS: Final = ((86400, "d"), (3600, "h"), (60, "min"), (1, "s"))
+
+
+def _duration_axis(ax: Axes, values: Sequence[float], log: bool) -> None:
+    """An x axis of seconds with readable ticks: round durations on a log scale, one unit on a linear one."""
+    positive = [v for v in values if v > 0]
+    if log:
+        ax.set_xscale("log")
+        low, high = min(positive) / 2, max(positive) * 1.5
+        ax.set_xlim(left=low)  # bars start at 0, which a log axis cannot show
+        fine = [t for t in FINE_TICKS if low <= t <= high]
+        ax.set_xticks(fine if len(fine) <= 6 else [t for t in COARSE_TICKS if low <= t <= high])
+        ax.xaxis.set_major_formatter(FuncFormatter(human_seconds_ticks))
+        ax.xaxis.set_minor_formatter(FuncFormatter(lambda _v, _p: ""))
+        return
+    top = max(positive, default=1.0)
+    size, unit = next(((size, unit) for size, unit in UNITS if top >= 2 * size), (1, "s"))
+    ax.xaxis.set_major_formatter(FuncFormatter(lambda v, _p: f"{v / size:,.4g} {unit}" if v else "0"))
+    # The locator works in seconds; rescale it so that ticks fall on round numbers of the unit.
+    ax.xaxis.set_major_locator(_UnitLocator(size))
+
+
+class _UnitLocator(MaxNLocator):
+    """MaxNLocator on the axis in ``size`` units (ticks at round minutes, hours or days)."""
+
+    def __init__(self, size: float) -> None:
+        super().__init__(nbins=5, steps=[1, 2, 2.5, 5, 10])
+        self._size = size
+
+    def tick_values(self, vmin: float, vmax: float) -> Any:
+        return np.asarray(super().tick_values(vmin / self._size, vmax / self._size)) * self._size
 
 
 def times_chart(summary: pd.DataFrame, path: Path) -> None:
