@@ -82,8 +82,8 @@ def _legend(fig: Figure, ax: Axes) -> None:
         fig.legend(handles, labels, loc="center left", bbox_to_anchor=(1.0, 0.5), frameon=False)
 
 
-def activity_chart(throughput: pd.DataFrame, path: Path, period: str) -> None:
-    """Four panels over time: started, completed, jobs with a failure, backlog."""
+def activity_chart(throughput: pd.DataFrame, path: Path, period: str) -> list[str]:
+    """Four panels over time: started, completed, jobs with a failure, backlog; returns the series drawn."""
     panels = (
         ("started", f"Started (created) per {period}"),
         ("completed", f"Completed per {period}"),
@@ -96,7 +96,7 @@ def activity_chart(throughput: pd.DataFrame, path: Path, period: str) -> None:
             _empty(ax, "jobs")
             ax.set_title(title)
         _save(fig, path)
-        return
+        return []
     keep = top_types(throughput.groupby("type_name")["started"].sum())
     frame = _grouped(throughput, "type_name", keep)
     names = [*keep, OTHER] if OTHER in set(frame["type_name"]) else keep
@@ -120,6 +120,7 @@ def activity_chart(throughput: pd.DataFrame, path: Path, period: str) -> None:
     _legend(fig, axes.flat[0])
     fig.tight_layout()
     _save(fig, path)
+    return names
 
 
 def _percentile_bars(ax: Axes, frame: pd.DataFrame, name: str, label: str) -> None:
