@@ -37,6 +37,7 @@ DEFAULT_SETTINGS: Final[Mapping[str, str]] = {
     "shared_buffers": "128MB",
 }
 _TIMEOUT: Final = 120.0
+_PORT_ATTEMPTS: Final = 5
 
 
 class PrivateServerError(JobchainError):
@@ -104,7 +105,20 @@ class PrivateServer:
                 conf.write(f"\nport = {self.port}\nlisten_addresses = '127.0.0.1'\n")
                 conf.write(f"unix_socket_directories = '{self._root}'\n")
                 conf.writelines(f"{key} = '{value}'\n" for key, value in self.settings.items())
-        self._run("pg_ctl", "-D", str(self.data_dir), "-l", str(self.log_file), "-w", "-t", "120", "start")
+        for attempt in range(_PORT_ATTEMPTS):
+            try:
+                self._run(
+                    "pg_ctl", "-D", str(self.data_dir), "-l", str(self.log_file), "-w", "-t", "120", "start"
+                )
+                break
+            except PrivateServerError as exc:
+                # free_port() cannot reserve the port: another process may bind it before the
+                # postmaster does. Move to a new port (the last `port` line of the file wins).
+                if "already in use" not in str(exc) or attempt == _PORT_ATTEMPTS - 1:
+                    raise
+                self.port = free_port()
+                with (self.data_dir / "postgresql.conf").open("a") as conf:
+                    conf.write(f"port = {self.port}\n")
         if not self._initialized:
             self._initialized = True
             self._run("createdb", "-h", "127.0.0.1", "-p", str(self.port), "-U", "postgres", self.database)
