@@ -72,7 +72,6 @@ place_order = types.define("demo.place_order", input=Order, output=None, entry=T
 
 processors = Processors()
 started_at = time.monotonic()
-client_ref: dict[str, jobchain.Client] = {}
 
 
 def say(message: str) -> None:
@@ -82,12 +81,10 @@ def say(message: str) -> None:
 @processors.handler(place_order)
 async def handle_place_order(attempt: Attempt[Order, None]) -> Completed:
     order = attempt.input
+    # Atomic: the two blocker chains commit together with the continuation, or not at all.
     await attempt.prepare("atomic")
-    tx = attempt.transaction
-    assert tx is not None
-    client = client_ref["client"]
-    inventory = await client.start_chain(tx, check_inventory, order)
-    payment = await client.start_chain(tx, charge_payment, order)
+    inventory = await attempt.start_chain(check_inventory, order)
+    payment = await attempt.start_chain(charge_payment, order)
     say(f"place_order {order.order_id}: started inventory and payment chains; pack waits for both")
     return await attempt.continue_with(pack, order, blockers=[inventory.chain, payment.chain])
 
@@ -125,7 +122,6 @@ async def handle_ship(attempt: Attempt[Parcel, Shipment]) -> Completed:
 
 async def main() -> None:
     client = await jobchain.connect(notify="memory://", job_types=types)
-    client_ref["client"] = client
     async with client:
         await client.state.migrate()
         say(f"state: {type(client.state).__name__}, notify: in-process")
