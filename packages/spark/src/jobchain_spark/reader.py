@@ -9,23 +9,28 @@ one old row would otherwise land in one partition. The first range has no lower 
 last none above, so rows created after planning (or before) still land in exactly one
 partition: no row is missed or read twice.
 
-Filters are not pushed into SQL. Spark 4.x keeps the plan of a DataFrame's last filter
-pushdown on the data source object that every later query of that DataFrame shares, and a
-later query that pushes no filter (``df.count()``) reuses it, so it would read only the rows
-of the earlier filter. Spark applies every filter itself, after reading, per query.
+Spark's filters (``df.where(...)``) are not pushed into SQL. Spark 4.x keeps the plan of a
+DataFrame's last filter pushdown on the data source object that every later query of that
+DataFrame shares, and a later query that pushes no filter (``df.count()``) reuses it, so it
+would read only the rows of the earlier filter. Spark applies every filter itself, after
+reading, per query. To read a subset in SQL, the ``created_from``, ``created_until``,
+``type_name`` and ``status`` options narrow the DataFrame itself (every query of it), and
+the partition boundaries are quantiles of that subset.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
+from datetime import datetime
 from typing import Final
 
 import pyarrow as pa
 from pyspark.sql.datasource import DataSourceReader, InputPartition
 from pyspark.sql.pandas.types import to_arrow_schema
 
-from jobchain_spark.dialects import Dialect, dialect_for
+from jobchain.entities import JobStatus
+from jobchain_spark.dialects import Dialect, Predicate, dialect_for
 from jobchain_spark.dialects.base import KeyRange
 from jobchain_spark.errors import SparkOptionError
 from jobchain_spark.tables import SPLIT_COLUMNS, spark_schema, table_columns
@@ -34,6 +39,13 @@ DEFAULT_PARTITIONS: Final = 4
 MAX_PARTITIONS: Final = 10_000
 DEFAULT_FETCH_SIZE: Final = 10_000
 PARTITIONINGS: Final = ("created_at", "id")
+SUBSET_OPTIONS: Final[dict[str, tuple[str, ...]]] = {
+    "created_from": ("jobs", "chains", "blockers"),
+    "created_until": ("jobs", "chains", "blockers"),
+    "type_name": ("jobs", "chains"),
+    "status": ("jobs",),
+}
+"""Options that narrow the rows read, in SQL, and the tables each applies to."""
 
 
 def _int_option(options: Mapping[str, str], name: str, default: int, maximum: int) -> int:
@@ -58,6 +70,8 @@ class ReadOptions:
     partitioning: str = "created_at"
     partitions: int = DEFAULT_PARTITIONS
     fetch_size: int = DEFAULT_FETCH_SIZE
+    predicates: tuple[Predicate, ...] = ()
+    """The subset options as SQL predicates: part of the DataFrame, so of every query of it."""
 
     @classmethod
     def parse(cls, options: Mapping[str, str]) -> ReadOptions:
@@ -74,7 +88,50 @@ class ReadOptions:
             partitioning=partitioning,
             partitions=_int_option(options, "partitions", DEFAULT_PARTITIONS, MAX_PARTITIONS),
             fetch_size=_int_option(options, "fetch_size", DEFAULT_FETCH_SIZE, 1_000_000),
+            predicates=subset_predicates(table, options),
         )
+
+
+def _time_option(name: str, raw: str) -> datetime:
+    try:
+        value = datetime.fromisoformat(raw.strip())
+    except ValueError:
+        raise SparkOptionError(name, f"must be an ISO-8601 time, got {raw!r}") from None
+    if value.tzinfo is None:
+        raise SparkOptionError(name, f"needs a time zone (e.g. {raw.strip()}+00:00), got {raw!r}")
+    return value
+
+
+def _list_option(name: str, raw: str) -> tuple[str, ...]:
+    values = tuple(v.strip() for v in raw.split(",") if v.strip())
+    if not values:
+        raise SparkOptionError(name, "must name at least one value (comma-separated)")
+    return values
+
+
+def subset_predicates(table: str, options: Mapping[str, str]) -> tuple[Predicate, ...]:
+    """The ``created_from``, ``created_until``, ``type_name`` and ``status`` options of a read."""
+    predicates: list[Predicate] = []
+    for name, tables in SUBSET_OPTIONS.items():
+        raw = options.get(name)
+        if raw is None:
+            continue
+        if table not in tables:
+            raise SparkOptionError(name, f"applies to table {' or '.join(tables)}, not {table!r}")
+        if name == "created_from":
+            predicates.append(Predicate("created_at", ">=", _time_option(name, raw)))
+        elif name == "created_until":
+            predicates.append(Predicate("created_at", "<", _time_option(name, raw)))
+        else:
+            values = _list_option(name, raw)
+            known = {s.value for s in JobStatus}
+            unknown = [v for v in values if v not in known]
+            if name == "status" and unknown:
+                raise SparkOptionError(
+                    name, f"unknown status {unknown[0]!r}; choose from {', '.join(sorted(known))}"
+                )
+            predicates.append(Predicate(name, "in", values))
+    return tuple(predicates)
 
 
 def split_key(table: str, partitioning: str) -> tuple[str, ...]:
@@ -105,17 +162,17 @@ class JobchainReader(DataSourceReader):
         if opts.partitions == 1:
             return [KeyRange(keys)]
         with opts.dialect.connect() as conn:
-            bounds = opts.dialect.split_keys(conn, opts.table, keys, opts.partitions)
+            bounds = opts.dialect.split_keys(conn, opts.table, keys, opts.partitions, opts.predicates)
         return key_ranges(keys, bounds)
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         opts = self.options
         schema = to_arrow_schema(spark_schema(opts.table), timezone="UTC")
         key_range: KeyRange = partition.value
-        statement, params = opts.dialect.query(opts.table, (), key_range)
+        statement, params = opts.dialect.query(opts.table, opts.predicates, key_range)
         with opts.dialect.connect() as conn:
             for rows in opts.dialect.stream(conn, statement, params, opts.fetch_size):
                 yield opts.dialect.arrow_batch(opts.table, rows, schema)
 
 
-__all__ = ["JobchainReader", "ReadOptions", "key_ranges", "split_key"]
+__all__ = ["SUBSET_OPTIONS", "JobchainReader", "ReadOptions", "key_ranges", "split_key", "subset_predicates"]

@@ -13,6 +13,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+from datetime import datetime
 from typing import TYPE_CHECKING, Any, Final
 
 from pyspark.sql.datasource import DataSource, DataSourceReader, DataSourceWriter
@@ -59,13 +61,27 @@ def read_table(
     *,
     partitioning: str = "created_at",
     partitions: int | None = None,
+    created_from: datetime | None = None,
+    created_until: datetime | None = None,
+    type_names: Sequence[str] | None = None,
+    statuses: Sequence[str] | None = None,
 ) -> DataFrame:
-    """``spark.read.format("jobchain")`` for ``table`` of the state at ``url`` (registers first)."""
+    """``spark.read.format("jobchain")`` for ``table`` of the state at ``url`` (registers first).
+
+    ``created_from`` (inclusive), ``created_until`` (exclusive), ``type_names`` and
+    ``statuses`` narrow the rows in SQL, for every query of the DataFrame."""
     register(spark)
     reader = spark.read.format(NAME).option("url", url).option("table", table)
     reader = reader.option("partitioning", partitioning)
-    if partitions is not None:
-        reader = reader.option("partitions", str(partitions))
+    subset = options_dict(
+        partitions=partitions,
+        created_from=created_from.isoformat() if created_from is not None else None,
+        created_until=created_until.isoformat() if created_until is not None else None,
+        type_name=",".join(type_names) if type_names is not None else None,
+        status=",".join(statuses) if statuses is not None else None,
+    )
+    for name, value in subset.items():
+        reader = reader.option(name, value)
     return reader.load()
 
 

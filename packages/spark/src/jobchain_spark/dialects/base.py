@@ -139,9 +139,12 @@ class Dialect(ABC):
         """Run ``statement`` and yield its rows in lists of at most ``size`` (streamed, not loaded)."""
 
     @abstractmethod
-    def split_keys(self, conn: Any, table: str, keys: tuple[str, ...], parts: int) -> list[tuple[Any, ...]]:
+    def split_keys(
+        self, conn: Any, table: str, keys: tuple[str, ...], parts: int, predicates: Sequence[Predicate] = ()
+    ) -> list[tuple[Any, ...]]:
         """In one query, the first key (in ``keys`` order) of each of ``parts`` equal slices of
-        ``table``'s rows, the first slice excepted: at most ``parts - 1`` sorted, distinct keys."""
+        ``table``'s rows matching ``predicates``, the first slice excepted: at most
+        ``parts - 1`` sorted, distinct keys."""
 
     times_as_text: bool = False
     """True when the driver returns times as ISO-8601 text (converted by Arrow, not Python)."""

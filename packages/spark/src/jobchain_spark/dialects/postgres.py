@@ -115,11 +115,16 @@ class PostgresDialect(Dialect):
             while rows := cursor.fetchmany(size):
                 yield rows
 
-    def split_keys(self, conn: Any, table: str, keys: tuple[str, ...], parts: int) -> list[tuple[Any, ...]]:
+    def split_keys(
+        self, conn: Any, table: str, keys: tuple[str, ...], parts: int, predicates: Sequence[Predicate] = ()
+    ) -> list[tuple[Any, ...]]:
         from psycopg import sql
 
+        _conninfo, schema, prefix = self._settings()
         k1, k2 = (sql.SQL(EXPRESSIONS[table][k]) for k in (keys[0], keys[-1]))  # fixed map
-        rows = conn.execute(self._template(f"{table}_split", k1=k1, k2=k2), {"parts": parts}).fetchall()
+        where, params = self._where(table, predicates, schema, prefix)
+        statement = self._template(f"{table}_split", k1=k1, k2=k2, where=where)
+        rows = conn.execute(statement, [*params, parts, parts]).fetchall()
         conn.rollback()
         out: list[tuple[Any, ...]] = []
         for row in rows:

@@ -113,11 +113,17 @@ class SqliteDialect(Dialect):
             cursor.close()
 
     def split_keys(
-        self, conn: sqlite3.Connection, table: str, keys: tuple[str, ...], parts: int
+        self,
+        conn: sqlite3.Connection,
+        table: str,
+        keys: tuple[str, ...],
+        parts: int,
+        predicates: Sequence[Predicate] = (),
     ) -> list[tuple[Any, ...]]:
         k1, k2 = (EXPRESSIONS[table][k] for k in (keys[0], keys[-1]))  # fixed map in dialects.base
+        where, params = self._where(table, predicates)
         text = self._template(f"{table}_split").replace("{k1}", k1).replace("{k2}", k2)
-        rows = conn.execute(text, (parts, parts)).fetchall()
+        rows = conn.execute(text.replace("{where}", where), [*params, parts, parts]).fetchall()
         return _distinct([tuple(row[: len(keys)]) for row in rows])
 
 
