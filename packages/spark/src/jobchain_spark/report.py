@@ -196,12 +196,14 @@ def build_report(
     completed = done.groupBy("type_name", sf.date_trunc(period, "completed_at").alias("period")).agg(
         sf.count(sf.lit(1)).alias("completed")
     )
-    failed = jobs.groupBy("type_name", sf.date_trunc(period, "last_attempt_at").alias("period")).agg(
-        sf.count("last_attempt_at").alias("with_failure")
+    failed = (
+        jobs.where(sf.col("last_attempt_at").isNotNull())
+        .groupBy("type_name", sf.date_trunc(period, "last_attempt_at").alias("period"))
+        .agg(sf.count(sf.lit(1)).alias("with_failure"))
     )
     throughput = (
         started.join(completed, ["type_name", "period"], "full_outer")
-        .join(failed.where(sf.col("period").isNotNull()), ["type_name", "period"], "full_outer")
+        .join(failed, ["type_name", "period"], "full_outer")
         .fillna(0, ["started", "completed", "with_failure"])
         .withColumn("throughput_per_hour", sf.col("completed") * 3600.0 / seconds)
         .orderBy("type_name", "period")
