@@ -153,9 +153,14 @@ async def seed_history(url: str, start: datetime) -> None:
 
 
 def _chromium_or_skip() -> None:
-    if Path(CHROMIUM).is_file():
-        return
-    reason = f"no Chromium at {CHROMIUM} (apt-get install chromium)"
+    try:
+        import playwright.sync_api  # noqa: F401 -- only whether it is installed
+    except ImportError:
+        reason = "playwright is not installed (pip install -r requirements-dev.txt)"
+    else:
+        if Path(CHROMIUM).is_file():
+            return
+        reason = f"no Chromium at {CHROMIUM} (apt-get install chromium)"
     if os.environ.get("CI", "").lower() == "true":
         pytest.fail(f"{reason}; CI=true: a missing browser fails the run", pytrace=False)
     pytest.skip(reason)

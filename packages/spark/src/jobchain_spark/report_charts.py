@@ -25,6 +25,8 @@ import matplotlib.pyplot as plt
 import numpy as np
 import pandas as pd
 from matplotlib.axes import Axes
+from matplotlib.axis import XAxis, YAxis
+from matplotlib.dates import AutoDateLocator, ConciseDateFormatter
 from matplotlib.figure import Figure
 from matplotlib.ticker import FuncFormatter, MaxNLocator
 
@@ -35,6 +37,15 @@ LOG_RATIO: Final = 10.0
 OTHER: Final = "other"
 # tab10 without its grey, which is kept for "other": nine distinct colours for nine types.
 COLOURS: Final = tuple(tuple(matplotlib.colormaps["tab10"](i)[:3]) for i in range(10) if i != 7)
+STATUS_COLOURS: Final[dict[str, str | tuple[float, ...]]] = {
+    "completed": "#55a868",
+    "running": "#4c72b0",
+    "pending": "#dd8452",
+    "blocked": "#8c8c8c",
+    "failed": "#c44e52",
+    "cancelled": "#937860",
+}
+"""One meaning, one colour: a status keeps its colour whichever statuses a report has."""
 WIDTH: Final = 13.0  # inches at 100 dpi: 1,300 px, inside a 1,400 px page with its margins
 
 
@@ -76,6 +87,20 @@ def wants_log(values: Sequence[float]) -> bool:
     return len(positive) > 1 and max(positive) >= LOG_RATIO * min(positive)
 
 
+def _count_axis(axis: XAxis | YAxis, log: bool) -> None:
+    """Whole numbers with thousands separators; never the fractional ticks of a small count."""
+    if not log:
+        # Counts start at 0 and the axis reaches 1 at least, so a flat series is not drawn
+        # on a tiny range with every tick rounding to the same whole number.
+        top = max(axis.get_view_interval()[1], 1.0)
+        if isinstance(axis, XAxis):
+            axis.axes.set_xlim(0, top)
+        else:
+            axis.axes.set_ylim(-0.03 * top, top * 1.05)  # a series at 0 stays visible
+        axis.set_major_locator(MaxNLocator(integer=True))
+    axis.set_major_formatter(FuncFormatter(lambda v, _p: format_count(v) if v >= 0 else ""))
+
+
 def _legend(fig: Figure, ax: Axes) -> None:
     handles, labels = ax.get_legend_handles_labels()
     if handles:
@@ -101,7 +126,9 @@ def activity_chart(throughput: pd.DataFrame, path: Path, period: str) -> list[st
     frame = _grouped(throughput, "type_name", keep)
     names = [*keep, OTHER] if OTHER in set(frame["type_name"]) else keep
     colours = _colour(names)
-    periods = pd.Index(sorted(frame["period"].unique()), name="period")
+    # Every period from the first to the last, so a quiet period shows as 0, not as a straight line.
+    step = "h" if period == "hour" else "D"
+    periods = pd.date_range(frame["period"].min(), frame["period"].max(), freq=step, name="period")
     for ax, (measure, title) in zip(axes.flat, panels, strict=True):
         wide = frame.pivot_table(index="period", columns="type_name", values=measure, aggfunc="sum")
         wide = wide.reindex(periods).reindex(columns=names)
@@ -112,11 +139,18 @@ def activity_chart(throughput: pd.DataFrame, path: Path, period: str) -> list[st
         log = wants_log([wide[name].max() for name in names])
         if log:
             ax.set_yscale("symlog", linthresh=1)
-        ax.yaxis.set_major_formatter(FuncFormatter(lambda v, _p: format_count(v) if v >= 0 else ""))
+        _count_axis(ax.yaxis, log)
         ax.set_title(f"{title} ({'log' if log else 'linear'} scale)", fontsize="medium")
         ax.set_ylabel("jobs")
         ax.grid(True, alpha=0.3)
-    fig.autofmt_xdate()
+    for ax in axes.flat:
+        if len(periods) < 2:  # one period: nothing for a date locator to space out
+            pattern = "%Y-%m-%d %H:%M" if period == "hour" else "%Y-%m-%d"
+            ax.set_xticks(list(periods), [p.strftime(pattern) for p in periods])
+            continue
+        locator = AutoDateLocator(maxticks=8)  # type: ignore[no-untyped-call]  # matplotlib leaves __init__ untyped
+        ax.xaxis.set_major_locator(locator)
+        ax.xaxis.set_major_formatter(ConciseDateFormatter(locator))  # type: ignore[no-untyped-call]  # as above
     _legend(fig, axes.flat[0])
     fig.tight_layout()
     _save(fig, path)
@@ -253,7 +287,7 @@ def attempts_chart(attempts: pd.DataFrame, path: Path) -> None:
         log = wants_log(list(wide.to_numpy().ravel()))
         if log:
             ax.set_yscale("symlog", linthresh=1)
-        ax.yaxis.set_major_formatter(FuncFormatter(lambda v, _p: format_count(v) if v >= 0 else ""))
+        _count_axis(ax.yaxis, log)
         ax.set_xlabel("attempts made")
         ax.set_ylabel("jobs")
         ax.set_title(f"Jobs by attempts made ({'log' if log else 'linear'} scale)", fontsize="medium")
@@ -264,7 +298,8 @@ def attempts_chart(attempts: pd.DataFrame, path: Path) -> None:
 
 def status_chart(by_status: pd.DataFrame, path: Path) -> None:
     """Chains per chain type, stacked by status (top chain types plus other)."""
-    fig, ax = plt.subplots(figsize=(WIDTH - 4, 4))
+    rows = by_status["chain_type"].nunique() if not by_status.empty else 0
+    fig, ax = plt.subplots(figsize=(WIDTH - 4, 1.5 + 0.4 * min(max(rows, 2), TOP_TYPES + 1)))
     if by_status.empty:
         _empty(ax, "chains")
     else:
@@ -274,8 +309,13 @@ def status_chart(by_status: pd.DataFrame, path: Path) -> None:
             0
         )
         wide = wide.reindex([*keep, OTHER] if OTHER in wide.index else keep).iloc[::-1]
-        wide.plot.barh(ax=ax, stacked=True, legend=False, colormap="tab10")
-        ax.xaxis.set_major_formatter(FuncFormatter(lambda v, _p: format_count(v) if v >= 0 else ""))
+        order = [c for c in STATUS_COLOURS if c in wide.columns] + sorted(
+            set(wide.columns) - set(STATUS_COLOURS)
+        )
+        wide = wide[order]
+        colours = [STATUS_COLOURS.get(c, COLOURS[i % len(COLOURS)]) for i, c in enumerate(order)]
+        wide.plot.barh(ax=ax, stacked=True, legend=False, color=colours)
+        _count_axis(ax.xaxis, False)
         ax.set_xlabel("chains")
         ax.set_ylabel("")
         ax.set_title("Chains by type and status (linear scale: shares within a type)", fontsize="medium")
@@ -292,7 +332,7 @@ def errors_chart(errors: pd.DataFrame, path: Path) -> None:
     else:
         labels = [_short(f"{t}: {e}") for t, e in zip(errors["type_name"], errors["error"], strict=True)]
         ax.barh(labels[::-1], list(errors["jobs"])[::-1], color="#c44e52")
-        ax.xaxis.set_major_formatter(FuncFormatter(lambda v, _p: format_count(v) if v >= 0 else ""))
+        _count_axis(ax.xaxis, False)
         ax.set_xlabel("jobs whose last attempt failed with it")
     ax.set_title("Top errors (pending and running jobs' last attempts)", fontsize="medium")
     fig.tight_layout()
