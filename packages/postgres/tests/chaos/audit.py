@@ -46,6 +46,11 @@ class Fault:
     """Chains the producer had committed when the fault ended (a prefix of its list)."""
     first_completion_after: float | None = None
     backlog_drained_after: float | None = None
+    worker_pids: list[int] = field(default_factory=list)
+    """The worker processes alive when the fault ended."""
+    slowest_worker_resumed_after: float | None = None
+    """From the fault's end to the first completion of the last of those workers to complete
+    anything (None: one of them completed nothing afterwards)."""
 
 
 @dataclass
@@ -82,6 +87,7 @@ class Figures:
         data["in_flight_at_crashes"] = self.in_flight_at_crashes
         data["max_first_completion_after"] = self.recovery("first_completion_after")
         data["max_backlog_drained_after"] = self.recovery("backlog_drained_after")
+        data["max_slowest_worker_resumed_after"] = self.recovery("slowest_worker_resumed_after")
         return data
 
 
@@ -138,8 +144,8 @@ async def audit(
     async with await psycopg.AsyncConnection.connect(conninfo, autocommit=True) as conn:
         cursor = await conn.execute(f"SELECT id::text, status::text, completed_at FROM {JOB_TABLE}")
         jobs = {row[0]: (row[1], row[2]) for row in await cursor.fetchall()}
-        cursor = await conn.execute("SELECT job_id::text, extract(epoch FROM done_at) FROM chaos_audit")
-        audit_rows = [(row[0], float(row[1])) for row in await cursor.fetchall()]
+        cursor = await conn.execute("SELECT job_id::text, extract(epoch FROM done_at), pid FROM chaos_audit")
+        audit_rows = [(row[0], float(row[1]), int(row[2])) for row in await cursor.fetchall()]
         cursor = await conn.execute(
             f"SELECT extract(epoch FROM j.created_at), extract(epoch FROM a.done_at) "
             f"FROM {JOB_TABLE} j JOIN chaos_audit a ON a.job_id = j.id"
@@ -153,7 +159,7 @@ async def audit(
     figures.lost = len(not_done)
     figures.lost_ids = sorted(set(not_done))[:20]
     figures.completed = sum(1 for status, _ in jobs.values() if status == "completed")
-    per_job = Counter(job_id for job_id, _ in audit_rows)
+    per_job = Counter(job_id for job_id, _, _ in audit_rows)
     doubles = [job_id for job_id, count in per_job.items() if count > 1]
     figures.double_completions = len(doubles)
     figures.double_ids = sorted(doubles)[:20]
@@ -201,9 +207,9 @@ def _count_executions(figures: Figures, executions: list[tuple[str, int, int]]) 
         previous[job_id] = pid
 
 
-def _recovery(figures: Figures, audit_rows: list[tuple[str, float]], committed: list[str]) -> None:
+def _recovery(figures: Figures, audit_rows: list[tuple[str, float, int]], committed: list[str]) -> None:
     done_at: dict[str, float] = defaultdict(float)
-    for job_id, at in audit_rows:
+    for job_id, at, _ in audit_rows:
         done_at[job_id] = max(done_at[job_id], at)
     times = sorted(done_at.values())
     for fault in figures.faults:
@@ -214,3 +220,11 @@ def _recovery(figures: Figures, audit_rows: list[tuple[str, float]], committed: 
         created_before = [done_at[j] for j in committed[: fault.committed_before] if j in done_at]
         last = max(created_before, default=fault.ended)
         fault.backlog_drained_after = round(max(0.0, last - fault.ended), 3)
+        resumed = [
+            min((at for _, at, p in audit_rows if p == pid and at > fault.ended), default=None)
+            for pid in fault.worker_pids
+        ]
+        if resumed and None not in resumed:
+            fault.slowest_worker_resumed_after = round(
+                max(r for r in resumed if r is not None) - fault.ended, 3
+            )

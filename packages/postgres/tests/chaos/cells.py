@@ -93,6 +93,7 @@ class CellRun:
         yield fault
         fault.ended = time.time()
         fault.committed_before = len(self.producer.committed)
+        fault.worker_pids = [w.pid for w in self.workers if w.alive()]
         if fault.killed_pid is None:
             # Allowed to run again: every job logged by the end whose completion had not
             # committed when the fault began. Counted as in flight: those of them still not
@@ -118,6 +119,8 @@ class CellRun:
         fault.in_flight = len(in_flight)
         self.in_flight_sets.append(in_flight)
         await asyncio.to_thread(worker.start)
+        # The new process counts as alive at the kill: its first completion is the rescue too.
+        fault.worker_pids = [w.pid for w in self.workers]
         return fault
 
 

@@ -81,6 +81,7 @@ COLUMNS = [
     ("in flight at faults", "in_flight_at_crashes"),
     ("first completion after fault (max s)", "max_first_completion_after"),
     ("backlog drained after fault (max s)", "max_backlog_drained_after"),
+    ("slowest worker resumed (max s)", "max_slowest_worker_resumed_after"),
 ]
 
 
@@ -103,7 +104,7 @@ def pytest_terminal_summary(terminalreporter: Any, config: pytest.Config) -> Non
         if cell.get("extra"):
             # Id lists go to the JSON file; the table line shows how many.
             shown = {
-                k: len(v) if isinstance(v, list) else v
+                k: len(v) if isinstance(v, list) and v and isinstance(v[0], str) else v
                 for k, v in cell["extra"].items()
                 if k != "worker_logs"
             }

@@ -7,6 +7,7 @@ import socket
 import subprocess
 import time
 from pathlib import Path
+from typing import cast
 
 import psycopg
 
@@ -31,11 +32,15 @@ async def terminate_backends(port: int, database: str) -> int:
 
 
 class ConnectionHog:
-    """Opens connections to ``database`` until only ``leave_free`` slots remain, then holds them."""
+    """Opens connections until only ``leave_free`` of the server's slots remain, and holds them.
 
-    def __init__(self, port: int, database: str, *, leave_free: int = 2) -> None:
+    They go to the ``postgres`` database: slots are server-wide, and terminating the backends
+    of the cell's database then leaves the hog's own connections alone.
+    """
+
+    def __init__(self, port: int, *, leave_free: int = 2) -> None:
         self.port = port
-        self.database = database
+        self.database = "postgres"
         self.leave_free = leave_free
         self.held: list[psycopg.Connection[tuple[object, ...]]] = []
 
@@ -55,6 +60,20 @@ class ConnectionHog:
             except psycopg.OperationalError:
                 break  # somebody else took the last slots: we hold as many as we could
         return len(self.held)
+
+    def terminate(self, database: str) -> int:
+        """Terminate every backend of ``database`` through a held connection (no free slot needed)."""
+        assert self.held, "grab first"
+        row = (
+            self.held[0]
+            .execute(
+                "SELECT count(*) FILTER (WHERE pg_terminate_backend(pid)) FROM pg_stat_activity "
+                "WHERE datname = %s",
+                (database,),
+            )
+            .fetchone()
+        )
+        return int(cast(int, row[0])) if row else 0
 
     def release(self) -> None:
         for conn in self.held:

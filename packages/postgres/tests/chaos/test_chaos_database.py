@@ -65,24 +65,40 @@ async def test_server_restarts_lose_nothing(
     )
 
 
+@pytest.mark.parametrize("terminate", [False, True], ids=["hold", "terminate-then-hold"])
 async def test_held_connections_lose_nothing(
-    chaos_server: PrivateServer, tmp_path: Path, record_figures: list[Figures]
+    chaos_server: PrivateServer, tmp_path: Path, record_figures: list[Figures], terminate: bool
 ) -> None:
+    """Another client takes all but two of the server's connection slots for a while. With
+    ``terminate`` the workers' own connections are cut just after, so they must reconnect
+    into a server with (almost) no free slots."""
     holds, hold_for, every = (3, 30.0, 10.0) if FULL else (2, 8.0, 5.0)
-    plan = CellPlan(name="hold-connections", duration=holds * (hold_for + every) + 4)
+    name = "terminate-then-hold" if terminate else "hold-connections"
+    plan = CellPlan(name=name, duration=holds * (hold_for + every) + 4)
 
     async def schedule(run: CellRun) -> None:
-        hog = ConnectionHog(chaos_server.port, run.database, leave_free=2)
+        hog = ConnectionHog(chaos_server.port, leave_free=2)
         held = []
-        for _ in range(holds):
-            async with run.fault("hold-connections"):
-                held.append(await asyncio.to_thread(hog.grab))
-                await asyncio.sleep(hold_for)
-                await asyncio.to_thread(hog.release)
-            await asyncio.sleep(every)
+        try:
+            for _ in range(holds):
+                async with run.fault(name, done_before=await run.done_jobs()):
+                    count = await asyncio.to_thread(hog.grab)
+                    if terminate:
+                        await asyncio.to_thread(hog.terminate, run.database)
+                        count = await asyncio.to_thread(hog.grab)  # the slots the workers just lost
+                    held.append(count)
+                    await asyncio.sleep(hold_for)
+                    await asyncio.to_thread(hog.release)
+                await asyncio.sleep(every)
+        finally:
+            hog.release()  # never leave the server full for the next cell
         run.figures.extra["connections_held"] = held
 
     figures = await run_cell(plan, chaos_server, tmp_path, schedule)
     record_figures.append(figures)
-    # Nothing crashes here: a job may run again only if a worker could not finish it.
-    assert_cell(figures, max_other_re_executions=0, recovery_bound=RECOVERY_BOUND)
+    if terminate:  # the cut connections interrupt what was in flight, as in the terminate cell
+        assert_cell(
+            figures, max_other_re_executions=len(figures.faults) * plan.slots, recovery_bound=RECOVERY_BOUND
+        )
+    else:  # nothing crashes: a job may run again only if a worker could not finish it
+        assert_cell(figures, max_other_re_executions=0, recovery_bound=RECOVERY_BOUND)
