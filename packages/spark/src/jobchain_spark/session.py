@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import os
 import sys
+from collections.abc import Iterator
+from contextlib import contextmanager, nullcontext
 from importlib.resources import files
 from typing import TYPE_CHECKING, Final
 
@@ -40,18 +42,32 @@ def local_session(
     builder = SparkSession.builder.appName(app_name)
     if master:
         builder = builder.master(master)
-    level = "ERROR"
+    level = "OFF" if quiet else "ERROR"
     if quiet:
-        level = "OFF"
-        config = files("jobchain_spark") / "log4j2-quiet.properties"
         builder = builder.config("spark.ui.showConsoleProgress", "false")
-        if not os.environ.get("PYSPARK_SUBMIT_ARGS"):  # a session started by spark-submit keeps its own
-            builder = builder.config(
-                "spark.driver.extraJavaOptions", f"-Dlog4j2.configurationFile=file:{config}"
-            )
-    session = builder.config("spark.log.level", level).getOrCreate()
+    with _quiet_jvm_start() if quiet else nullcontext():
+        session = builder.getOrCreate()
     session.sparkContext.setLogLevel(level)
     return session
+
+
+@contextmanager
+def _quiet_jvm_start() -> Iterator[None]:
+    """A driver JVM started inside gets the quiet log4j2 configuration (an active one is kept).
+
+    SPARK_SUBMIT_OPTS adds to the driver's Java options instead of replacing the user's
+    ``spark.driver.extraJavaOptions``; it is restored once the JVM has started.
+    """
+    config = files("jobchain_spark") / "log4j2-quiet.properties"
+    saved = os.environ.get("SPARK_SUBMIT_OPTS")
+    os.environ["SPARK_SUBMIT_OPTS"] = f"{saved or ''} -Dlog4j2.configurationFile=file:{config}".strip()
+    try:
+        yield
+    finally:
+        if saved is None:
+            del os.environ["SPARK_SUBMIT_OPTS"]
+        else:
+            os.environ["SPARK_SUBMIT_OPTS"] = saved
 
 
 __all__ = ["PYTHON_VARIABLES", "local_session", "use_this_python"]
