@@ -107,6 +107,7 @@ class CellRun:
         """SIGKILL worker ``index`` (once it has a job in flight), count its in-flight jobs,
         and start a new process in its place."""
         worker = self.workers[index]
+        await self._wait_busy(worker)
         async with self.fault("sigkill") as fault:
             fault.killed_pid = await asyncio.to_thread(worker.kill)
         await asyncio.sleep(0.3)  # a commit the server had already received may still land
@@ -122,6 +123,16 @@ class CellRun:
         # The new process counts as alive at the kill: its first completion is the rescue too.
         fault.worker_pids = [w.pid for w in self.workers]
         return fault
+
+    async def _wait_busy(self, worker: WorkerProcess, limit: float = 10.0) -> None:
+        """Wait (up to ``limit`` s) until the worker runs a job whose completion has not committed."""
+        deadline = time.monotonic() + limit
+        while time.monotonic() < deadline:
+            latest = {job_id: pid for job_id, pid, _ in read_executions(self.exec_log)}
+            mine = {job_id for job_id, pid in latest.items() if pid == worker.pid}
+            if mine - await self.done_jobs():
+                return
+            await asyncio.sleep(0.05)
 
 
 def _log_levels(workers: list[WorkerProcess]) -> dict[str, int]:
@@ -163,6 +174,8 @@ async def run_cell(
             await schedule(run)
         finally:
             await producing
+        exited = [(w.index, w.process.returncode) for w in run.workers if w.process and not w.alive()]
+        run.figures.extra["workers_exited"] = exited
         expected = set(run.producer.committed)
         drained = await wait_drained(run.conninfo, expected, plan.drain_timeout)
         run.figures.extra["drain_after_producer_s"] = round(drained, 3)
@@ -197,6 +210,7 @@ def assert_cell(
     """
     details = f"figures: {figures.as_json()}"
     assert figures.started > 0, details
+    assert not figures.extra.get("workers_exited"), f"a worker process ended on its own; {details}"
     assert figures.lost == 0, f"lost chains {figures.lost_ids}; {details}"
     assert figures.double_completions == 0, f"completed twice: {figures.double_ids}; {details}"
     assert figures.missing_audit == 0, f"completed without the handler's audit row; {details}"
