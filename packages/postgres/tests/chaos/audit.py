@@ -46,6 +46,10 @@ class Fault:
     """Chains the producer had committed when the fault ended (a prefix of its list)."""
     first_completion_after: float | None = None
     backlog_drained_after: float | None = None
+    in_flight_ids: list[str] = field(default_factory=list)
+    """The killed process's unfinished jobs (kills only)."""
+    rescued_after: float | None = None
+    """From the kill to the completion of the last of ``in_flight_ids`` (kills only)."""
     worker_pids: list[int] = field(default_factory=list)
     """The worker processes alive when the fault ended."""
     slowest_worker_resumed_after: float | None = None
@@ -87,6 +91,7 @@ class Figures:
         data["in_flight_at_crashes"] = self.in_flight_at_crashes
         data["max_first_completion_after"] = self.recovery("first_completion_after")
         data["max_backlog_drained_after"] = self.recovery("backlog_drained_after")
+        data["max_rescued_after"] = self.recovery("rescued_after")
         data["max_slowest_worker_resumed_after"] = self.recovery("slowest_worker_resumed_after")
         return data
 
@@ -220,6 +225,10 @@ def _recovery(figures: Figures, audit_rows: list[tuple[str, float, int]], commit
         created_before = [done_at[j] for j in committed[: fault.committed_before] if j in done_at]
         last = max(created_before, default=fault.ended)
         fault.backlog_drained_after = round(max(0.0, last - fault.ended), 3)
+        if fault.in_flight_ids:
+            rescued = [done_at[j] for j in fault.in_flight_ids if j in done_at]
+            if len(rescued) == len(fault.in_flight_ids):
+                fault.rescued_after = round(max(rescued) - fault.ended, 3)
         resumed = [
             min((at for _, at, p in audit_rows if p == pid and at > fault.ended), default=None)
             for pid in fault.worker_pids

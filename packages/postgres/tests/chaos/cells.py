@@ -118,6 +118,7 @@ class CellRun:
             latest[job_id] = pid
         in_flight = {j for j, pid in latest.items() if pid == fault.killed_pid and j not in done}
         fault.in_flight = len(in_flight)
+        fault.in_flight_ids = sorted(in_flight)
         self.in_flight_sets.append(in_flight)
         await asyncio.to_thread(worker.start)
         # The new process counts as alive at the kill: its first completion is the rescue too.
@@ -223,3 +224,6 @@ def assert_cell(
         assert fault.first_completion_after is not None, f"nothing completed after {fault}; {details}"
         assert fault.backlog_drained_after is not None
         assert fault.backlog_drained_after <= recovery_bound, f"slow recovery after {fault}; {details}"
+        if fault.in_flight_ids:
+            assert fault.rescued_after is not None, f"a killed job never completed: {fault}; {details}"
+            assert fault.rescued_after <= recovery_bound, f"slow rescue after {fault}; {details}"

@@ -81,6 +81,7 @@ COLUMNS = [
     ("in flight at faults", "in_flight_at_crashes"),
     ("first completion after fault (max s)", "max_first_completion_after"),
     ("backlog drained after fault (max s)", "max_backlog_drained_after"),
+    ("killed jobs rescued (max s)", "max_rescued_after"),
     ("slowest worker resumed (max s)", "max_slowest_worker_resumed_after"),
 ]
 

@@ -44,6 +44,33 @@ async def test_sigkilled_workers_lose_nothing_and_rerun_only_their_in_flight_job
     )
 
 
+SATURATED_BOUND = 120.0
+"""Under a backlog nobody reaps today (a worker reaps only after an empty claim), so a killed
+worker's jobs wait until the producer stops and the backlog is gone: about the cell's length."""
+
+
+async def test_a_sigkill_under_a_saturating_load_is_rescued(
+    chaos_server: PrivateServer, tmp_path: Path, record_figures: list[Figures]
+) -> None:
+    """More chains per second than the workers can finish: claims never come back empty."""
+    duration = 60.0 if FULL else 24.0
+    plan = CellPlan(name="sigkill-saturated", workers=2, rate=45.0, duration=duration, drain_timeout=240)
+
+    async def schedule(run: CellRun) -> None:
+        await asyncio.sleep(2.0)
+        await run.kill_worker(0)
+
+    figures = await run_cell(plan, chaos_server, tmp_path, schedule)
+    record_figures.append(figures)
+    assert figures.faults[0].in_flight > 0, "the kill hit an idle worker"
+    assert_cell(
+        figures,
+        max_other_re_executions=0,
+        recovery_bound=SATURATED_BOUND,
+        crash_slots=plan.knobs.concurrency,
+    )
+
+
 DEFAULTS_BOUND = 180.0
 """With default settings (60 s lease, 60 s idle poll) a killed worker's jobs wait out the
 lease and, when the queue goes idle, the next poll: up to about 120 s today. Issue 16 targets
