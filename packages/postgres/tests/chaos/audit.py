@@ -41,7 +41,8 @@ class Fault:
     ended: float
     killed_pid: int | None = None
     in_flight: int = 0
-    """Jobs running in the killed process at the kill (executions logged, not completed)."""
+    """A kill: jobs the killed process was running (logged, never completed). Other faults:
+    jobs started (logged) but not completed when the fault ended."""
     committed_before: int = 0
     """Chains the producer had committed when the fault ended (a prefix of its list)."""
     first_completion_after: float | None = None

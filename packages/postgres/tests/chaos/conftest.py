@@ -78,7 +78,7 @@ COLUMNS = [
     ("double", "double_completions"),
     ("re-exec", "re_executions"),
     ("crash re-exec", "crash_re_executions"),
-    ("in flight at faults", "in_flight_at_crashes"),
+    ("unfinished at faults (sum)", "in_flight_at_crashes"),
     ("first completion after fault (max s)", "max_first_completion_after"),
     ("backlog drained after fault (max s)", "max_backlog_drained_after"),
     ("killed jobs rescued (max s)", "max_rescued_after"),
