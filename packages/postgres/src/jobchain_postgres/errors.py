@@ -103,8 +103,20 @@ def translate(error: BaseException, *, ids: Sequence[str] = ()) -> BaseException
             "the transaction is poisoned by an earlier failed statement; roll back (or roll back "
             "to a savepoint) before issuing more statements"
         )
-    if isinstance(error, (pg.AdminShutdown, pg.CannotConnectNow, pg.CrashShutdown)):
-        return TransientStateError(f"the PostgreSQL server is restarting: {_describe(error)}")
+    # 57P01 is sent both for pg_terminate_backend and for a server's fast shutdown: name both.
+    if isinstance(error, pg.AdminShutdown):
+        return TransientStateError(
+            "the PostgreSQL server closed the connection (terminated by an administrator, "
+            f"or the server is shutting down): {_describe(error)}"
+        )
+    if isinstance(error, pg.CrashShutdown):
+        return TransientStateError(
+            f"the PostgreSQL server is recovering from a crash of another backend: {_describe(error)}"
+        )
+    if isinstance(error, pg.CannotConnectNow):
+        return TransientStateError(
+            f"the PostgreSQL server is starting up or shutting down: {_describe(error)}"
+        )
     if isinstance(error, psycopg.OperationalError):
         # Connection refused, lost mid-transaction, server closed the connection, …
         return TransientStateError(f"PostgreSQL connection failed: {str(error).strip()}")
