@@ -2,7 +2,17 @@
 
 from jobchain.client import ChainStart, ChainStarted, Client, connect
 from jobchain.completion import Completion, ContinuationSpec, JobFinished
-from jobchain.entities import Chain, Deduplication, Job, JobStatus, Page, Schedule
+from jobchain.entities import (
+    Chain,
+    Deduplication,
+    Job,
+    JobStatus,
+    Page,
+    RescueReason,
+    Schedule,
+    WorkerInfo,
+    WorkerState,
+)
 from jobchain.errors import *  # noqa: F403 -- the error tree is public API, listed in errors.__all__
 from jobchain.errors import __all__ as _error_names
 from jobchain.job_types import JobType, JobTypes
@@ -22,9 +32,12 @@ __all__ = [
     "JobType",
     "JobTypes",
     "Page",
+    "RescueReason",
     "Schedule",
     "Transaction",
     "TransactionHooks",
+    "WorkerInfo",
+    "WorkerState",
     "connect",
     *_error_names,
 ]

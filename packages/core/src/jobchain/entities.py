@@ -30,6 +30,22 @@ class JobStatus(StrEnum):
     COMPLETED = "completed"
 
 
+class RescueReason(StrEnum):
+    """Why a running job was returned to pending without its worker's word."""
+
+    LEASE_EXPIRED = "lease_expired"
+    WORKER_DEAD = "worker_dead"
+
+
+class WorkerState(StrEnum):
+    """A registered worker's state: what it last said, or ``dead`` once it stopped heartbeating."""
+
+    RUNNING = "running"
+    DRAINING = "draining"
+    STOPPED = "stopped"
+    DEAD = "dead"
+
+
 def utcnow() -> datetime:
     """The current time as an aware UTC datetime."""
     return datetime.now(UTC)
@@ -189,11 +205,40 @@ class Job:
     deduplication_key: str | None = None
     trace_context: JsonValue = None
     chain_trace_context: JsonValue = None
+    rescued_at: datetime | None = None
+    """When the job was last rescued: its attempt abandoned and the job returned to pending
+    because the lease expired or the worker holding it was found dead. Kept afterwards."""
+    rescued_from: str | None = None
+    """The worker whose attempt was abandoned at the last rescue."""
+    rescue_reason: str | None = None
+    """Why: ``"lease_expired"`` or ``"worker_dead"`` (see :class:`RescueReason`)."""
 
     @property
     def is_root(self) -> bool:
         """True for the first job of its chain (``id == chain_id``)."""
         return self.id == self.chain_id
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class WorkerInfo:
+    """One row of the worker registry, as its worker last reported it.
+
+    ``state`` is ``dead`` once ``alive_until`` passed without a clean stop, whether or not a
+    live worker has released its jobs yet.
+    """
+
+    id: str
+    name: str
+    host: str
+    pid: int
+    version: str
+    type_names: tuple[str, ...]
+    concurrency: int
+    inflight: int
+    state: WorkerState
+    started_at: datetime
+    last_seen_at: datetime
+    alive_until: datetime
 
 
 def _use_slot_setting_init(cls: type) -> None:

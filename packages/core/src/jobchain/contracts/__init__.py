@@ -41,6 +41,9 @@ from jobchain.contracts.state import (
     RunsOperationsAlone,
     StateAdapter,
     StateTx,
+    WorkerHeartbeat,
+    WorkerHeartbeatResult,
+    WorkersList,
 )
 
 __all__ = [
@@ -84,4 +87,7 @@ __all__ = [
     "StateProvider",
     "StateTx",
     "Unsubscribe",
+    "WorkerHeartbeat",
+    "WorkerHeartbeatResult",
+    "WorkersList",
 ]

@@ -6,14 +6,24 @@ datetimes; ``now=None`` means the adapter's own clock. Suite: ``jobchain_conform
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Literal, Protocol, runtime_checkable
 
 from jobchain.contracts.capabilities import Capability
-from jobchain.entities import Chain, Deduplication, Job, JsonValue, Page, Schedule, _use_slot_setting_init
+from jobchain.entities import (
+    Chain,
+    Deduplication,
+    Job,
+    JsonValue,
+    Page,
+    Schedule,
+    WorkerInfo,
+    WorkerState,
+    _use_slot_setting_init,
+)
 from jobchain.errors import (
     BlockerReference,
     InvalidArgumentError,
@@ -142,20 +152,29 @@ class JobsAcquire:
     """Claim up to ``limit`` eligible pending jobs, oldest ``scheduled_at`` first.
 
     Claimed jobs become ``running`` with ``attempt + 1``, ``lease_generation + 1`` and a
-    lease for ``worker_id`` until ``now + lease_for``. Rows locked by other transactions
-    are skipped, so concurrent callers never receive the same job.
+    lease for ``worker_id`` until ``now + lease_for`` — or ``now + type_leases[type_name]``
+    for a type listed there (a worker serving types with different leases claims them in one
+    statement). Rows locked by other transactions are skipped, so concurrent callers never
+    receive the same job.
     """
 
     type_names: Sequence[str]
     worker_id: str
     lease_for: timedelta
     limit: int = 1
+    type_leases: Mapping[str, timedelta] = field(default_factory=dict)
     now: datetime | None = None
 
     def __post_init__(self) -> None:
         if not isinstance(self.limit, int) or self.limit < 1:
             raise InvalidArgumentError(f"acquire limit must be a positive integer, got {self.limit!r}")
         _check_timedelta("lease_for", self.lease_for, positive=True)
+        for type_name, lease in self.type_leases.items():
+            _check_timedelta(f"type_leases[{type_name!r}]", lease, positive=True)
+
+    def lease_of(self, type_name: str) -> timedelta:
+        """The lease a claimed job of ``type_name`` gets."""
+        return self.type_leases.get(type_name, self.lease_for)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -228,7 +247,10 @@ class JobCompleted:
 class JobsReapExpired:
     """Return up to ``limit`` running jobs whose lease expired to ``pending`` (lease cleared).
 
-    Oldest lease first; rows locked elsewhere and ``exclude_job_ids`` are skipped.
+    Oldest lease first; rows locked elsewhere and ``exclude_job_ids`` are skipped. Each reaped
+    job records the rescue: ``rescued_at = now``, ``rescued_from`` = the expired lease's
+    holder, ``rescue_reason = "lease_expired"``, and ``last_attempt_error`` a readable line
+    naming that worker (the abandoned attempt left no error of its own).
     """
 
     type_names: Sequence[str]
@@ -278,6 +300,77 @@ class ChainsDeleted:
     chains: list[Chain]
     running_job_ids: list[str] = field(default_factory=list)
     blocker_references: list[BlockerReference] = field(default_factory=list)
+
+
+# ---------------------------------------------------------------- worker registry
+
+WORKER_REPORTED_STATES = (WorkerState.RUNNING, WorkerState.DRAINING, WorkerState.STOPPED)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class WorkerHeartbeat:
+    """Record that a worker is alive, rescue the jobs of dead workers, in one round trip.
+
+    Upserts the worker's registry row: every field as given, ``last_seen_at = now``,
+    ``alive_until = now + alive_for``; ``started_at`` is set on the first heartbeat only.
+    ``state="stopped"`` records a clean stop (the row then never counts as dead).
+
+    With ``release_dead=True``, every other row in state ``running`` or ``draining`` whose
+    ``alive_until`` passed becomes ``dead``, and the running jobs leased by those workers
+    return to ``pending`` (lease cleared, ``rescued_at = now``, ``rescued_from`` = that
+    worker, ``rescue_reason = "worker_dead"``, ``last_attempt_error`` a readable line).
+    Rows locked by another transaction are skipped (their lease expiry still rescues them).
+    Late writes from the presumed-dead worker are fenced as after any lost lease.
+
+    Rows whose ``alive_until`` is older than ``now - prune_after`` are deleted.
+    """
+
+    worker_id: str
+    name: str
+    host: str
+    pid: int
+    version: str
+    type_names: Sequence[str]
+    concurrency: int
+    inflight: int
+    state: WorkerState
+    alive_for: timedelta
+    release_dead: bool = False
+    prune_after: timedelta = timedelta(hours=1)
+    now: datetime | None = None
+
+    def __post_init__(self) -> None:
+        _check_timedelta("alive_for", self.alive_for, positive=True)
+        _check_timedelta("prune_after", self.prune_after, positive=True)
+        if self.state not in WORKER_REPORTED_STATES:
+            raise InvalidArgumentError(
+                f"a worker reports state running, draining or stopped, got {self.state!r}"
+            )
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class WorkerHeartbeatResult:
+    """What a heartbeat found.
+
+    ``was_dead``: this worker's own row had been marked ``dead`` (another worker released its
+    jobs; its attempts will find their leases lost). ``released_jobs``: the jobs this call
+    returned to pending. ``next_lease_expiry``: time until the earliest lease among running
+    jobs of ``type_names`` not leased by this worker expires (zero if one already has), or
+    None if there is none — when a reap is next worth running.
+    """
+
+    was_dead: bool = False
+    released_jobs: list[Job] = field(default_factory=list)
+    dead_worker_ids: list[str] = field(default_factory=list)
+    next_lease_expiry: timedelta | None = None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class WorkersList:
+    """The worker registry, most recently started first; ``states`` filters (``dead`` included)."""
+
+    states: Sequence[str] = ()
+    now: datetime | None = None
 
 
 # ---------------------------------------------------------------- listings
@@ -373,6 +466,8 @@ class StateTx(Protocol):
     async def job_reschedule(self, params: JobReschedule) -> Job: ...
     async def job_complete(self, params: JobComplete) -> JobCompleted: ...
     async def jobs_reap_expired(self, params: JobsReapExpired) -> list[Job]: ...
+    async def worker_heartbeat(self, params: WorkerHeartbeat) -> WorkerHeartbeatResult: ...
+    async def workers_list(self, params: WorkersList) -> list[WorkerInfo]: ...
     async def jobs_trigger(self, params: JobsTrigger) -> JobsTriggered: ...
     async def chains_delete(self, params: ChainsDelete) -> ChainsDeleted: ...
     async def chains_list(self, params: ChainsList) -> Page[Chain]: ...
