@@ -1,6 +1,7 @@
 """Worker(group_commit=True): plain completions finishing together share one transaction.
 
-A refused completion fails only its own attempt; a group whose transaction fails is written
+A refused completion fails only its own attempt; a group whose transaction fails transiently
+(an outage) is written again as one group; one that fails for any other reason is written
 again one completion at a time; an exception after ``complete`` still leaves the job
 uncompleted; completions that write more than themselves never join a group.
 """
@@ -17,11 +18,17 @@ from typing import Any
 import pytest
 
 from jobchain import ChainStart, Client, Job, JobStatus, JobTypes
-from jobchain.contracts import JobComplete, JobCompleted, JobsAcquire
-from jobchain.errors import JobAlreadyCompletedError, JobTakenByAnotherWorkerError, TransientStateError
+from jobchain.contracts import JobComplete, JobCompleted, JobGet, JobsAcquire
+from jobchain.errors import (
+    JobAlreadyCompletedError,
+    JobchainError,
+    JobTakenByAnotherWorkerError,
+    TransientStateError,
+)
 from jobchain.memory.notify import MemoryNotifyAdapter
 from jobchain.memory.state import MemoryStateAdapter
 from jobchain.worker import Attempt, Completed, Processors, Worker
+from jobchain.worker.backoff import Backoff
 from jobchain.worker.completer import CompletionGroups
 
 
@@ -46,6 +53,8 @@ class CountingState(MemoryStateAdapter):
         super().__init__()
         self.completions_per_tx: list[int] = []
         self.fail_next_group = False
+        self.fail_groups = 0  # transactions to fail transiently, as in an outage
+        self.failure: type[Exception] = JobchainError
 
     @asynccontextmanager
     async def transaction(self, *args: Any, **kwargs: Any) -> AsyncIterator[Any]:
@@ -53,12 +62,16 @@ class CountingState(MemoryStateAdapter):
             counter = [0]
             original = tx.job_complete
             fail = self.fail_next_group
+            outage = self.fail_groups > 0
 
             async def job_complete(params: JobComplete) -> JobCompleted:
                 counter[0] += 1
+                if outage:
+                    self.fail_groups -= 1
+                    raise TransientStateError("injected: the connection to the database was lost")
                 if fail and counter[0] == 2:
                     self.fail_next_group = False
-                    raise TransientStateError("injected: the group's transaction failed")
+                    raise self.failure("injected: the group's transaction failed")
                 return await original(params)
 
             tx.job_complete = job_complete  # type: ignore[method-assign]
@@ -152,11 +165,13 @@ async def _after_first_attempt(client: Client, chain_id: str) -> Job:
             await asyncio.sleep(0.02)
 
 
-async def _claimed(state: MemoryStateAdapter, client: Client, count: int) -> list[Any]:
+async def _claimed(
+    state: MemoryStateAdapter, client: Client, count: int, lease: timedelta = timedelta(seconds=30)
+) -> list[Any]:
     await _start(client, count)
     async with state.transaction() as tx:
         acquired = await tx.jobs_acquire(
-            JobsAcquire(type_names=[item.name], worker_id="w", lease_for=timedelta(seconds=30), limit=count)
+            JobsAcquire(type_names=[item.name], worker_id="w", lease_for=lease, limit=count)
         )
     return acquired.jobs
 
@@ -190,6 +205,36 @@ async def test_a_failed_group_is_written_again_one_completion_at_a_time() -> Non
     assert [f.job.status for f in finished] == [JobStatus.COMPLETED] * 3
     # The group's transaction got two completions in before failing; then one each.
     assert state.completions_per_tx[-3:] == [1, 1, 1]
+
+
+async def test_a_group_failing_in_an_outage_is_written_again_as_one_group() -> None:
+    state = CountingState()
+    client = Client(state, MemoryNotifyAdapter(), types)
+    jobs = await _claimed(state, client, 3)
+    groups = CompletionGroups(client, outage_retry=Backoff(initial=timedelta(0)))
+    state.fail_groups = 4  # four tries fail as the database is away, the fifth commits
+    now = datetime.now(UTC)
+    finished = await asyncio.gather(*(groups.complete(job, {"n": 0}, worker_id="w", now=now) for job in jobs))
+    assert [f.job.status for f in finished] == [JobStatus.COMPLETED] * 3
+    # Never one at a time: in an outage each would wait out the pool timeout on its own.
+    assert state.completions_per_tx == [3]
+
+
+async def test_an_outage_longer_than_the_lease_leaves_the_jobs_to_their_attempts() -> None:
+    state = CountingState()
+    client = Client(state, MemoryNotifyAdapter(), types)
+    jobs = await _claimed(state, client, 2, lease=timedelta(milliseconds=50))
+    groups = CompletionGroups(client, outage_retry=Backoff(initial=timedelta(milliseconds=10)))
+    state.fail_groups = 1_000_000
+    now = datetime.now(UTC)
+    results = await asyncio.gather(
+        *(groups.complete(job, {"n": 0}, worker_id="w", now=now) for job in jobs), return_exceptions=True
+    )
+    assert all(isinstance(result, TransientStateError) for result in results)
+    assert state.completions_per_tx == []
+    async with state.transaction(read_only=True) as tx:
+        stored = [await tx.job_get(JobGet(job_id=job.id)) for job in jobs]
+    assert [job.status for job in stored if job is not None] == [JobStatus.RUNNING] * 2
 
 
 async def test_continuations_and_callbacks_do_not_join_a_group() -> None:

@@ -9,9 +9,14 @@ written, as River's and Graphile Worker's batch completers do. Two groups may be
 at once, so the next group does not wait for the previous one's fsync.
 
 A refused completion (lease lost, job deleted or completed elsewhere) changes nothing in
-the group's transaction, so it fails only its own attempt. Any other error fails the
-group's transaction; each completion of that group is then written again in its own
-transaction, so one bad completion never undoes another.
+the group's transaction, so it fails only its own attempt. A transient failure (connection
+lost, no connection available, server restarting, conflict) fails the whole group: the group
+is written again, as one, with a short capped backoff, until it commits or the shortest
+lease in it has run out; it never falls back to one completion at a time, which in an
+outage would wait out the pool timeout once per completion while every lease expired.
+Any other error fails the group's transaction because of what one completion holds: each
+completion of that group is then written again in its own transaction, so one bad
+completion never undoes another.
 """
 
 from __future__ import annotations
@@ -19,11 +24,13 @@ from __future__ import annotations
 import asyncio
 import logging
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
 from jobchain.completion import JobFinished, PlainCompletion, complete_jobs
 from jobchain.entities import Job
+from jobchain.errors import BackendUnreachableError, TransientStateError
+from jobchain.worker.backoff import Backoff
 
 if TYPE_CHECKING:
     from jobchain.client import Client
@@ -32,6 +39,13 @@ log = logging.getLogger("jobchain.worker")
 
 DEFAULT_GROUP_SIZE = 100
 """Most completions written in one transaction."""
+
+OUTAGE_RETRY = Backoff(initial=timedelta(seconds=0.25), multiplier=2.0, maximum=timedelta(seconds=2))
+"""Waits between tries of a group that failed transiently: short, so completions commit soon
+after the database is back."""
+
+OUTAGE_ERRORS = (TransientStateError, BackendUnreachableError)
+"""Failures of the database or the connection, not of any one completion."""
 
 DEFAULT_WRITERS = 2
 """Groups written at the same time: a group that waits for its commit's fsync does not hold
@@ -61,9 +75,15 @@ class CompletionGroups:
     """Writes queued completions in groups of up to ``group_size``, up to ``writers`` groups at a time."""
 
     def __init__(
-        self, client: Client, group_size: int = DEFAULT_GROUP_SIZE, writers: int = DEFAULT_WRITERS
+        self,
+        client: Client,
+        group_size: int = DEFAULT_GROUP_SIZE,
+        writers: int = DEFAULT_WRITERS,
+        *,
+        outage_retry: Backoff = OUTAGE_RETRY,
     ) -> None:
         self._client = client
+        self._outage_retry = outage_retry
         self._group_size = group_size
         self._max_writers = writers
         self._queue: list[_Request] = []
@@ -126,11 +146,40 @@ class CompletionGroups:
                 _settle(request, result)
 
     async def _write(self, items: list[PlainCompletion]) -> list[JobFinished | BaseException]:
-        """Write ``items`` in one transaction; if it fails, each of them in a transaction of its own."""
-        try:
-            return await self._write_together(items)
-        except Exception as error:
-            log.info("group of %d completions failed (%s); writing them one by one", len(items), error)
+        """Write ``items`` in one transaction: again as one while the failure is transient and
+        their leases last, else each of them in a transaction of its own."""
+        loop = asyncio.get_running_loop()
+        give_up_at: float | None = None
+        tries = 0
+        while True:
+            try:
+                return await self._write_together(items)
+            except OUTAGE_ERRORS as error:
+                tries += 1
+                now = loop.time()
+                if give_up_at is None:
+                    give_up_at = now + _shortest_lease(items)
+                    log.warning(
+                        "group of %d completions failed (%s); writing it again once the database answers",
+                        len(items),
+                        error,
+                    )
+                delay = self._outage_retry.delay(tries).total_seconds()
+                if now + delay >= give_up_at:
+                    # Past its lease the job belongs to the reaper: the attempts learn the
+                    # failure and hand their jobs back if they still can.
+                    log.warning(
+                        "group of %d completions still failing after %d tries (%s); "
+                        "leaving them to their attempts",
+                        len(items),
+                        tries,
+                        error,
+                    )
+                    return [error] * len(items)
+                await asyncio.sleep(delay)
+            except Exception as error:
+                log.info("group of %d completions failed (%s); writing them one by one", len(items), error)
+                break
         results: list[JobFinished | BaseException] = []
         for item in items:
             try:
@@ -144,6 +193,16 @@ class CompletionGroups:
         # needs no BEGIN/COMMIT round trips around it.
         async with self._client.transaction(autocommit=True) as tx:
             return list(await complete_jobs(tx, items))
+
+
+def _shortest_lease(items: list[PlainCompletion]) -> float:
+    """Seconds of the shortest lease claimed for ``items``' jobs (how long a retry may last)."""
+    leases = [
+        (item.job.leased_until - item.job.attempt_started_at).total_seconds()
+        for item in items
+        if item.job.leased_until is not None and item.job.attempt_started_at is not None
+    ]
+    return min(leases, default=0.0)
 
 
 def _settle(request: _Request, result: JobFinished | BaseException) -> None:
