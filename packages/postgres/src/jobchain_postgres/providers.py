@@ -74,6 +74,12 @@ class PoolProvider:
         # instead of failing one transaction per dead connection.
         await self.pool.check()
 
+    async def reserve(self, count: int) -> int | None:
+        """Grow an owned pool to ``count`` connections; a caller's pool keeps the size it was given."""
+        if self.owned and self.pool.max_size < count:
+            await self.pool.resize(min_size=self.pool.min_size, max_size=count)
+        return self.pool.max_size
+
     async def close(self) -> None:
         if self.owned:
             await self.pool.close()
@@ -99,6 +105,9 @@ class ConnectionProvider:
 
     async def recover(self) -> None:
         return None
+
+    async def reserve(self, count: int) -> int | None:
+        return 1  # transactions take turns on the one connection
 
     async def close(self) -> None:
         return None
@@ -127,6 +136,14 @@ class SQLAlchemyProvider:
 
     async def recover(self) -> None:
         return None  # SQLAlchemy's pool invalidates connections that raised a disconnect error
+
+    async def reserve(self, count: int) -> int | None:
+        """The engine pool's size plus overflow (None if unbounded or not a sized pool)."""
+        pool = getattr(getattr(self._engine, "sync_engine", None), "pool", None)
+        size, overflow = getattr(pool, "size", None), getattr(pool, "_max_overflow", None)
+        if not callable(size) or not isinstance(overflow, int) or overflow < 0:
+            return None
+        return int(size()) + overflow
 
     async def close(self) -> None:
         return None

@@ -534,6 +534,20 @@ class RunsOperationsAlone(Protocol):
         ...
 
 
+@runtime_checkable
+class ReservesConnections(Protocol):
+    """Optional: an adapter whose transactions draw on a bounded set of connections (a pool)."""
+
+    async def reserve_connections(self, count: int) -> int | None:
+        """Make room for ``count`` transactions open at once; return how many can be.
+
+        An adapter with a pool of its own grows it to at least ``count``; over a caller's
+        pool, connection or engine it changes nothing (the caller sized it). Returns the
+        number of connections available afterwards, or None when no pool bounds them.
+        """
+        ...
+
+
 COMPLETION_REFUSALS = (JobNotFoundError, JobAlreadyCompletedError, JobTakenByAnotherWorkerError)
 """The errors with which a state adapter refuses a completion without writing anything."""
 
