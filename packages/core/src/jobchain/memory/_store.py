@@ -7,6 +7,7 @@ on its own. The committed version of every changed row is kept in ``preimages`` 
 transaction ends; the views in ``_views`` combine live rows and preimages so that each
 transaction sees committed data plus its own changes. Blocker rows live and die with the
 job that declared them, so a stored row is ``(job, blocker chain ids)``.
+The worker registry lives in its own table (``_registry``) under the same rules.
 """
 
 from __future__ import annotations
@@ -16,7 +17,8 @@ from collections.abc import Iterable
 from datetime import datetime
 from typing import TypeVar
 
-from jobchain.entities import Job, JobStatus
+from jobchain.entities import Job, JobStatus, WorkerInfo
+from jobchain.memory._registry import WorkerTable
 from jobchain.memory._sorted import SortedKeys
 
 Row = tuple[Job, tuple[str, ...]]
@@ -26,7 +28,8 @@ PendingKey = tuple[datetime, datetime, str]  # (scheduled_at, created_at, id): a
 LeaseKey = tuple[datetime, str]  # (leased_until, id): reaping order
 CreatedKey = tuple[datetime, str]  # (created_at, id): listing order
 ChainKey = tuple[int, str]  # (chain_index, id)
-Mark = tuple[int, int]  # (undo log length, locks held): a savepoint
+Mark = tuple[int, int, int, int]  # (undo log length, locks held) of jobs, then of workers: a savepoint
+START: Mark = (0, 0, 0, 0)
 _IndexKey = TypeVar("_IndexKey", str, tuple[str, str])
 
 
@@ -46,20 +49,27 @@ def _lease_key(job: Job | None) -> LeaseKey | None:
     return (job.leased_until, job.id)
 
 
+def _holder(job: Job | None) -> str | None:
+    """The worker whose lease the job runs under (None unless running)."""
+    return None if job is None or job.status is not JobStatus.RUNNING else job.leased_by
+
+
 class TxState:
     """The bookkeeping of one open write transaction."""
 
-    __slots__ = ("ended", "locks", "touched", "undo", "waiting_for")
+    __slots__ = ("ended", "locks", "touched", "undo", "waiting_for", "worker_locks", "worker_undo")
 
     def __init__(self) -> None:
         self.undo: list[tuple[str, Row | None]] = []  # (job id, previous row), oldest first
         self.locks: list[str] = []  # locked job ids, in acquisition order
         self.touched: set[str] = set()  # ids whose preimage this transaction recorded
+        self.worker_undo: list[tuple[str, WorkerInfo | None]] = []  # (worker id, previous row)
+        self.worker_locks: list[str] = []  # locked worker ids, in acquisition order
         self.waiting_for: TxState | None = None  # for deadlock detection
         self.ended = asyncio.Event()
 
     def mark(self) -> Mark:
-        return (len(self.undo), len(self.locks))
+        return (len(self.undo), len(self.locks), len(self.worker_undo), len(self.worker_locks))
 
 
 class Blocked(Exception):  # noqa: N818 -- a control-flow signal, never seen outside this package
@@ -81,6 +91,8 @@ class Store:
         self.dedup: dict[tuple[str, str], set[str]] = {}  # (key, chain type) -> root ids
         self.pending: dict[str, SortedKeys[PendingKey]] = {}  # by type name
         self.running: dict[str, SortedKeys[LeaseKey]] = {}  # by type name
+        self.leased: dict[str, set[str]] = {}  # worker id -> ids of the running jobs it leases
+        self.workers = WorkerTable()
         self.created: SortedKeys[CreatedKey] = SortedKeys()
         self.roots: SortedKeys[CreatedKey] = SortedKeys()
         self.locks: dict[str, TxState] = {}
@@ -137,7 +149,8 @@ class Store:
 
     def rollback_to(self, tx: TxState, mark: Mark) -> None:
         """Undo ``tx``'s writes after ``mark``, newest first, and release the locks taken since."""
-        undo_length, lock_count = mark
+        undo_length, lock_count, worker_undo_length, worker_lock_count = mark
+        self.workers.rollback_to(tx, worker_undo_length, worker_lock_count)
         while len(tx.undo) > undo_length:
             job_id, row = tx.undo.pop()
             self._apply(
@@ -155,7 +168,8 @@ class Store:
     def finish(self, tx: TxState, *, commit: bool) -> None:
         """End ``tx``: keep (commit) or undo its writes, release its locks, wake its waiters."""
         if not commit:
-            self.rollback_to(tx, (0, 0))
+            self.rollback_to(tx, START)
+        self.workers.release(tx)
         for job_id in tx.locks:
             del self.locks[job_id]
         for job_id in tx.touched:
@@ -239,6 +253,12 @@ class Store:
                 self.running[old.type_name].discard(old_lease)
             if new is not None and new_lease is not None:
                 self.running.setdefault(new.type_name, SortedKeys()).add(new_lease)
+        old_holder, new_holder = _holder(old), _holder(new)
+        if old_holder != new_holder:
+            if old is not None and old_holder is not None:
+                _discard_from(self.leased, old_holder, old.id)
+            if new is not None and new_holder is not None:
+                self.leased.setdefault(new_holder, set()).add(new.id)
 
 
 def _discard_from(index: dict[_IndexKey, set[str]], key: _IndexKey, job_id: str) -> None:

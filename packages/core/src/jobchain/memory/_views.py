@@ -8,7 +8,7 @@ their preimage (their committed version, or absence for an uncommitted insert).
 from __future__ import annotations
 
 import heapq
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from datetime import datetime
 
 from jobchain.entities import Chain, Job, JobStatus
@@ -42,6 +42,10 @@ class View:
 
     def next_scheduled(self, type_names: Iterable[str]) -> datetime | None:
         """The earliest ``scheduled_at`` among pending jobs of these types."""
+        raise NotImplementedError
+
+    def earliest_lease(self, type_names: Iterable[str], not_leased_by: str) -> datetime | None:
+        """The earliest ``leased_until`` among running jobs of these types leased by others."""
         raise NotImplementedError
 
     def chain(self, chain_id: str) -> Chain | None:
@@ -110,6 +114,9 @@ class LiveView(View):
     def next_scheduled(self, type_names: Iterable[str]) -> datetime | None:
         firsts = [keys.first() for name in set(type_names) if (keys := self._store.pending.get(name))]
         return min((key[0] for key in firsts if key is not None), default=None)
+
+    def earliest_lease(self, type_names: Iterable[str], not_leased_by: str) -> datetime | None:
+        return _earliest_lease(self._store, type_names, not_leased_by, lambda _: False)
 
 
 class CommittedView(View):
@@ -219,6 +226,34 @@ class CommittedView(View):
             if job.status is JobStatus.PENDING and job.type_name in names
         )
         return min(candidates, default=None)
+
+    def earliest_lease(self, type_names: Iterable[str], not_leased_by: str) -> datetime | None:
+        names = set(type_names)
+        live = _earliest_lease(self._store, names, not_leased_by, self._hidden)
+        moved = (  # hidden rows read as their preimages
+            job.leased_until
+            for job, _ in self._rows()
+            if job.status is JobStatus.RUNNING
+            and job.type_name in names
+            and job.leased_by != not_leased_by
+            and job.leased_until is not None
+        )
+        return min((at for at in (live, *moved) if at is not None), default=None)
+
+
+def _earliest_lease(
+    store: Store, type_names: Iterable[str], not_leased_by: str, hidden: Callable[[str], bool]
+) -> datetime | None:
+    """The first live lease of each type, skipping ``not_leased_by``'s jobs and hidden rows."""
+    earliest: datetime | None = None
+    for name in set(type_names):
+        for leased_until, job_id in store.running.get(name, ()):
+            if hidden(job_id) or store.jobs[job_id].leased_by == not_leased_by:
+                continue
+            if earliest is None or leased_until < earliest:
+                earliest = leased_until
+            break
+    return earliest
 
 
 def beyond(key: CreatedKey, after: CreatedKey | None, descending: bool) -> bool:

@@ -5,7 +5,8 @@ It reads through the transaction's view and locks every row it changes. When it 
 row another open transaction holds, it raises :class:`Blocked`; the caller then undoes the
 attempt, waits for that transaction to end and runs the attempt again, so the attempt that
 finally succeeds ran with every lock it needed (PostgreSQL's ``FOR UPDATE`` wait).
-Acquisition and reaping skip locked rows instead (``SKIP LOCKED``).
+Acquisition skips locked rows instead (``SKIP LOCKED``); reaping and the worker registry
+live in ``_workers``.
 """
 
 from __future__ import annotations
@@ -25,7 +26,6 @@ from jobchain.contracts.state import (
     JobsAcquire,
     JobsAcquired,
     JobsCreate,
-    JobsReapExpired,
     JobsTrigger,
     JobsTriggered,
     NewJob,
@@ -231,7 +231,7 @@ def jobs_acquire(ctx: Ctx, params: JobsAcquire, now: datetime) -> JobsAcquired:
             attempt=job.attempt + 1,
             lease_generation=job.lease_generation + 1,
             leased_by=params.worker_id,
-            leased_until=now + params.lease_for,
+            leased_until=now + params.lease_of(job.type_name),
             first_attempt_at=job.first_attempt_at if job.first_attempt_at is not None else now,
             attempt_started_at=now,
         )
@@ -320,22 +320,6 @@ def _unblock(ctx: Ctx, chain_id: str, now: datetime) -> list[Job]:
 def _chain_done(view: View, chain_id: str) -> bool:
     last = view.last_job(chain_id)
     return last is None or last.status is JobStatus.COMPLETED  # a vanished chain no longer blocks
-
-
-def jobs_reap_expired(ctx: Ctx, params: JobsReapExpired, now: datetime) -> list[Job]:
-    store = ctx.store  # params.limit >= 1: JobsReapExpired checks it when built
-    excluded = set(params.exclude_job_ids)
-    leases = [store.running[name] for name in unique(params.type_names) if name in store.running]
-    chosen: list[str] = []
-    for leased_until, job_id in heapq.merge(*leases):
-        if leased_until >= now or len(chosen) == params.limit:
-            break
-        if job_id not in excluded and not ctx.locked_elsewhere(job_id):  # SKIP LOCKED
-            chosen.append(job_id)
-    return [
-        ctx.put(replace(store.jobs[job_id], status=JobStatus.PENDING, leased_by=None, leased_until=None))
-        for job_id in chosen
-    ]
 
 
 # ---------------------------------------------------------------- operator transitions

@@ -40,11 +40,14 @@ from jobchain.contracts.state import (
     JobsTrigger,
     JobsTriggered,
     StateTx,
+    WorkerHeartbeat,
+    WorkerHeartbeatResult,
+    WorkersList,
 )
-from jobchain.entities import Chain, Job, Page, utcnow
+from jobchain.entities import Chain, Job, Page, WorkerInfo, utcnow
 from jobchain.errors import AdapterClosedError, InvalidArgumentError, TransientStateError
-from jobchain.memory import _reads, _writes
-from jobchain.memory._store import Blocked, Store, TxState
+from jobchain.memory import _reads, _workers, _writes
+from jobchain.memory._store import START, Blocked, Mark, Store, TxState
 from jobchain.memory._views import View, view_for
 
 T = TypeVar("T")
@@ -175,7 +178,7 @@ class MemoryStateTx:
     @asynccontextmanager
     async def _savepoint(self) -> AsyncIterator[MemoryStateTx]:
         self._check(write=False)
-        mark = self._state.mark() if self._state is not None else (0, 0)
+        mark = self._state.mark() if self._state is not None else START
         self._depth += 1
         level = self._depth
         try:
@@ -190,7 +193,7 @@ class MemoryStateTx:
         finally:
             self._depth = level - 1
 
-    def _rollback_savepoint(self, mark: tuple[int, int], level: int) -> None:
+    def _rollback_savepoint(self, mark: Mark, level: int) -> None:
         if self._state is not None:
             self._store.rollback_to(self._state, mark)
         if self._poison_depth is not None and self._poison_depth >= level:
@@ -285,7 +288,17 @@ class MemoryStateTx:
         return await self._write(lambda ctx, now: _writes.job_complete(ctx, params, now), params.now)
 
     async def jobs_reap_expired(self, params: JobsReapExpired) -> list[Job]:
-        return await self._write(lambda ctx, now: _writes.jobs_reap_expired(ctx, params, now), params.now)
+        return await self._write(lambda ctx, now: _workers.jobs_reap_expired(ctx, params, now), params.now)
+
+    # ------------------------------------------------------------ worker registry
+
+    async def worker_heartbeat(self, params: WorkerHeartbeat) -> WorkerHeartbeatResult:
+        return await self._write(lambda ctx, now: _workers.worker_heartbeat(ctx, params, now), params.now)
+
+    async def workers_list(self, params: WorkersList) -> list[WorkerInfo]:
+        self._check(write=False)
+        now = self._adapter._now(params.now)
+        return _workers.workers_list(self._store.workers, self._state, params, now)
 
     # ------------------------------------------------------------ operator transitions
 
