@@ -190,6 +190,7 @@ class TestPlans:
                 JobsAcquire(type_names=["t"], worker_id="w", lease_for=timedelta(seconds=5))
             )
         params = {"type_names": '["t"]', "now": "x", "worker_id": "w", "leased_until": "x", "limit": 1}
+        params["type_leases"] = None
         assert "jobchain_job_acquisition_idx" in self.plan(db_path, queries("jobchain_").jobs_acquire, params)
 
     async def test_reaper_uses_the_expired_lease_index(
@@ -352,7 +353,12 @@ class TestSchema:
             names = [row[0] for row in conn.execute("SELECT name FROM jobchain_migration ORDER BY name")]
             indexes = {row[1] for row in conn.execute("PRAGMA index_list(jobchain_job)")}
         conn.close()
-        assert names == ["0001_initial", "0002_attempt_start", "0003_drop_listing_status_idx"]
+        assert names == [
+            "0001_initial",
+            "0002_attempt_start",
+            "0003_drop_listing_status_idx",
+            "0004_worker_registry",
+        ]
         assert "jobchain_job_listing_status_idx" not in indexes
         assert "jobchain_job_listing_idx" in indexes
 

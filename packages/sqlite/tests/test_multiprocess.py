@@ -89,4 +89,9 @@ async def test_concurrent_migrations_from_several_processes_apply_once(db_path: 
     with sqlite3.connect(db_path) as conn:
         names = [row[0] for row in conn.execute("SELECT name FROM jobchain_migration")]
     conn.close()
-    assert names == ["0001_initial", "0002_attempt_start", "0003_drop_listing_status_idx"]
+    assert names == [
+        "0001_initial",
+        "0002_attempt_start",
+        "0003_drop_listing_status_idx",
+        "0004_worker_registry",
+    ]

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from datetime import datetime
 
-from jobchain_sqlite.errors import SchemaTooNewError, translating
+from jobchain_sqlite.errors import SchemaNotMigratedError, SchemaTooNewError, translating
 from jobchain_sqlite.options import SqliteOptions
 from jobchain_sqlite.providers import Executor
 from jobchain_sqlite.queries import MIGRATIONS, Queries, migration_statements
@@ -19,8 +19,15 @@ def _too_new(options: SqliteOptions, unknown: list[str]) -> SchemaTooNewError:
     )
 
 
-async def check_schema_version(executor: Executor, options: SqliteOptions, q: Queries) -> None:
-    """Raise SchemaTooNewError if a newer library migrated this database (no-op when unmigrated)."""
+async def check_schema_version(
+    executor: Executor, options: SqliteOptions, q: Queries, *, require_current: bool = True
+) -> None:
+    """Raise SchemaTooNewError if a newer library migrated this database, and (with
+    ``require_current``) SchemaNotMigratedError if it lacks a migration of this library.
+
+    A database with no jobchain tables passes: its first statement reports that itself.
+    A partly migrated one must not: rows read with ``*`` would lack the newer columns.
+    """
     with translating(options.path, options.table_prefix):
         exists = await executor.fetch(
             "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = :name",
@@ -32,6 +39,14 @@ async def check_schema_version(executor: Executor, options: SqliteOptions, q: Qu
     unknown = sorted(set(applied) - set(MIGRATIONS))
     if unknown:
         raise _too_new(options, unknown)
+    missing = [name for name in MIGRATIONS if name not in applied]
+    if require_current and missing:
+        raise SchemaNotMigratedError(
+            f"SQLite database {options.path!r} has jobchain tables older than this library "
+            f"(migration(s) {', '.join(missing)} not applied); "
+            "run `jobchain migrate --state URL` (or `await adapter.migrate()`) first",
+            options.path,
+        )
 
 
 async def apply_migrations(

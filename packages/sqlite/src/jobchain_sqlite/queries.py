@@ -69,6 +69,12 @@ class Queries:
     jobs_get: str
     jobs_reap_candidates: str
     jobs_reap_expired: str
+    workers_mark_dead: str
+    worker_jobs_release: str
+    worker_heartbeat_lookup: str
+    worker_heartbeat: str
+    workers_prune: str
+    workers_list: str
     jobs_trigger: str
     jobs_trigger_lookup: str
     chains_delete_lookup: str
@@ -104,7 +110,12 @@ def queries(prefix: str) -> Queries:
     return Queries(**values)
 
 
-MIGRATIONS: tuple[str, ...] = ("0001_initial", "0002_attempt_start", "0003_drop_listing_status_idx")
+MIGRATIONS: tuple[str, ...] = (
+    "0001_initial",
+    "0002_attempt_start",
+    "0003_drop_listing_status_idx",
+    "0004_worker_registry",
+)
 """Migration names in the order they apply; each is ``migrations/<name>.sql``."""
 
 

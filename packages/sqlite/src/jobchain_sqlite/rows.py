@@ -12,7 +12,7 @@ from collections.abc import Iterable, Sequence
 from datetime import UTC, datetime
 from typing import Any, Protocol
 
-from jobchain.entities import Chain, Job, JobStatus, JsonValue
+from jobchain.entities import Chain, Job, JobStatus, JsonValue, WorkerInfo, WorkerState
 from jobchain.errors import InvalidArgumentError, NotJsonSerializableError
 
 
@@ -85,8 +85,12 @@ JOB_COLUMNS: tuple[str, ...] = (
     "chain_trace_context",
     "first_attempt_at",
     "attempt_started_at",
+    "rescued_at",
+    "rescued_from",
+    "rescue_reason",
 )
-"""The job table's columns in table order (0001_initial, then 0002_attempt_start's two).
+"""The job table's columns in table order (0001_initial, 0002_attempt_start's two, then
+0004_worker_registry's three).
 
 Every statement that returns jobs selects ``*`` / ``j.*`` first, so on the adapter's own
 connections (``sqlite3.Row``) these are the row's first columns and are read by position.
@@ -126,6 +130,9 @@ def job_from_row(row: Row) -> Job:
         chain_trace_context,
         first_attempt_at,
         attempt_started_at,
+        rescued_at,
+        rescued_from,
+        rescue_reason,
     ) = values
     return Job(
         id=id_,
@@ -151,6 +158,27 @@ def job_from_row(row: Row) -> Job:
         deduplication_key=deduplication_key,
         trace_context=None if trace_context is None else _loads(trace_context),
         chain_trace_context=None if chain_trace_context is None else _loads(chain_trace_context),
+        rescued_at=None if rescued_at is None else _fromisoformat(rescued_at),
+        rescued_from=rescued_from,
+        rescue_reason=rescue_reason,
+    )
+
+
+def worker_from_row(row: Row) -> WorkerInfo:
+    """Build a WorkerInfo from a worker row; ``reported_state`` (workers_list) is the state."""
+    return WorkerInfo(
+        id=row["id"],
+        name=row["name"],
+        host=row["host"],
+        pid=row["pid"],
+        version=row["version"],
+        type_names=tuple(_loads(row["type_names"])),
+        concurrency=row["concurrency"],
+        inflight=row["inflight"],
+        state=WorkerState(row["reported_state"]),
+        started_at=_fromisoformat(row["started_at"]),
+        last_seen_at=_fromisoformat(row["last_seen_at"]),
+        alive_until=_fromisoformat(row["alive_until"]),
     )
 
 
@@ -178,4 +206,5 @@ __all__ = [
     "load_json",
     "opt_time",
     "parse_time",
+    "worker_from_row",
 ]

@@ -103,14 +103,19 @@ class SqliteStateAdapter:
                 raise
         return conn
 
-    async def _get_writer(self) -> aiosqlite.Connection:
+    async def _get_writer(self, *, migrating: bool = False) -> aiosqlite.Connection:
         self._check_open()
         if self._writer is None:
             async with self._open_lock:
                 if self._writer is None:
                     conn = await self._connect(reader=False)
                     try:
-                        await check_schema_version(AiosqliteExecutor(conn, own=True), self.options, self._q)
+                        await check_schema_version(
+                            AiosqliteExecutor(conn, own=True),
+                            self.options,
+                            self._q,
+                            require_current=not migrating,
+                        )
                     except BaseException:
                         await conn.close()
                         raise
@@ -229,7 +234,7 @@ class SqliteStateAdapter:
         """
         self._check_open()
         async with self._write_lock:
-            conn = await self._get_writer()
+            conn = await self._get_writer(migrating=True)
             await apply_migrations(AiosqliteExecutor(conn, own=True), self.options, self._q, utcnow())
 
     def after_commit(

@@ -7,6 +7,7 @@ run under the write lock the transaction already holds, so they see a consistent
 
 from __future__ import annotations
 
+import json
 from collections.abc import AsyncIterator, Sequence
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from datetime import datetime, timedelta
@@ -34,13 +35,16 @@ from jobchain.contracts.state import (
     JobsTrigger,
     JobsTriggered,
     StateTx,
+    WorkerHeartbeat,
+    WorkerHeartbeatResult,
+    WorkersList,
 )
-from jobchain.entities import Chain, Job, JobStatus, Page, utcnow
+from jobchain.entities import Chain, Job, JobStatus, Page, WorkerInfo, utcnow
 from jobchain.errors import (
     BlockerReference,
     JobchainError,
 )
-from jobchain_sqlite import listing
+from jobchain_sqlite import listing, workers
 from jobchain_sqlite.complete import jobs_complete, lease_error
 from jobchain_sqlite.context import TxContext
 from jobchain_sqlite.create import jobs_create
@@ -137,11 +141,18 @@ class SqliteTx:
         if not params.type_names:
             return JobsAcquired(jobs=[], has_more=False)
         now = params.now or utcnow()
+        # Only the listed types whose lease differs; NULL keeps the statement off json_each.
+        type_leases = {
+            name: fmt_time(now + lease)
+            for name in params.type_names
+            if (lease := params.lease_of(name)) != params.lease_for
+        }
         args = {
             "type_names": json_list(params.type_names),
             "now": fmt_time(now),
             "worker_id": params.worker_id,
             "leased_until": fmt_time(now + params.lease_for),
+            "type_leases": json.dumps(type_leases, separators=(",", ":")) if type_leases else None,
             "limit": params.limit,
         }
         rows = await ctx.fetch(ctx.q.jobs_acquire, args)
@@ -263,6 +274,15 @@ class SqliteTx:
         order = {row["id"]: position for position, row in enumerate(candidates)}
         rows = await ctx.fetch(ctx.q.jobs_reap_expired, {"job_ids": json_list(list(order)), "now": now})
         return sorted((job_from_row(row) for row in rows), key=lambda job: order[job.id])
+
+    # ------------------------------------------------------------ worker registry
+
+    async def worker_heartbeat(self, params: WorkerHeartbeat) -> WorkerHeartbeatResult:
+        """Upsert, release dead workers' jobs, prune: a few statements (see workers.py)."""
+        return await workers.worker_heartbeat(self._ctx, params)
+
+    async def workers_list(self, params: WorkersList) -> list[WorkerInfo]:
+        return await workers.workers_list(self._ctx, params)
 
     async def jobs_trigger(self, params: JobsTrigger) -> JobsTriggered:
         """One guarded UPDATE; a lookup only when it refuses (to report why)."""

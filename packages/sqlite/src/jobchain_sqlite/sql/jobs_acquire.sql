@@ -4,6 +4,9 @@
 -- writer at a time, so the inner SELECT and the UPDATE see the same rows and no other
 -- transaction can claim them.
 -- Every claim stamps attempt_started_at; only the first one stamps first_attempt_at.
+-- :type_leases is NULL, or a JSON object {type name: leased_until} for the types whose lease
+-- differs from :leased_until (JobsAcquire.type_leases); json_each compares keys as text, so
+-- no type name is ever spliced into a JSON path.
 -- has_more_after: whether an eligible pending job sorts after this row. Evaluated on the
 -- claimed row that sorts last, it is the batch's has_more: every job after it was not
 -- claimed and stays pending while the UPDATE runs (the key columns never change here).
@@ -12,7 +15,9 @@ SET status = 'running',
     attempt = attempt + 1,
     lease_generation = lease_generation + 1,
     leased_by = :worker_id,
-    leased_until = :leased_until,
+    leased_until = CASE WHEN :type_leases IS NULL THEN :leased_until
+                        ELSE COALESCE((SELECT l.value FROM json_each(:type_leases) l WHERE l.key = {p}job.type_name),
+                                      :leased_until) END,
     first_attempt_at = COALESCE(first_attempt_at, :now),
     attempt_started_at = :now
 WHERE id IN (

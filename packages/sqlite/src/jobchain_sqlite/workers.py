@@ -1,0 +1,80 @@
+"""The worker registry: heartbeats (with the rescue of dead workers' jobs) and the listing.
+
+A heartbeat runs in the caller's write transaction, which holds SQLite's write lock from
+start to end, so its statements see one consistent state:
+
+1. ``workers_mark_dead`` (only with ``release_dead``): other rows past ``alive_until``
+   become ``dead``;
+2. ``worker_jobs_release`` (only when 1 marked any): their running jobs return to pending;
+3. ``worker_heartbeat_lookup``: the caller's previous state and the next lease expiry;
+4. ``worker_heartbeat``: the upsert of the caller's row;
+5. ``workers_prune``: rows gone for longer than ``prune_after`` are deleted.
+"""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+from jobchain.contracts.state import WorkerHeartbeat, WorkerHeartbeatResult, WorkersList
+from jobchain.entities import Job, WorkerInfo, WorkerState, utcnow
+from jobchain_sqlite.context import TxContext
+from jobchain_sqlite.rows import fmt_time, job_from_row, json_list, parse_time, worker_from_row
+
+
+async def worker_heartbeat(ctx: TxContext, params: WorkerHeartbeat) -> WorkerHeartbeatResult:
+    """See StateTx.worker_heartbeat: at most five statements, three without dead workers."""
+    ctx.require_write("worker_heartbeat")
+    now = params.now or utcnow()
+    now_text = fmt_time(now)
+    dead_ids: list[str] = []
+    released: list[Job] = []
+    if params.release_dead:
+        rows = await ctx.fetch(ctx.q.workers_mark_dead, {"now": now_text, "worker_id": params.worker_id})
+        dead_ids = sorted(row["id"] for row in rows)
+    if dead_ids:
+        rows = await ctx.fetch(
+            ctx.q.worker_jobs_release, {"worker_ids": json_list(dead_ids), "now": now_text}
+        )
+        released = sorted((job_from_row(row) for row in rows), key=lambda job: (job.created_at, job.id))
+    [lookup] = await ctx.fetch(
+        ctx.q.worker_heartbeat_lookup,
+        {"worker_id": params.worker_id, "type_names": json_list(params.type_names)},
+    )
+    await ctx.fetch(
+        ctx.q.worker_heartbeat,
+        {
+            "worker_id": params.worker_id,
+            "name": params.name,
+            "host": params.host,
+            "pid": params.pid,
+            "version": params.version,
+            "type_names": json_list(params.type_names),
+            "concurrency": params.concurrency,
+            "inflight": params.inflight,
+            "state": WorkerState(params.state).value,
+            "now": now_text,
+            "alive_until": fmt_time(now + params.alive_for),
+        },
+    )
+    await ctx.fetch(ctx.q.workers_prune, {"prune_before": fmt_time(now - params.prune_after)})
+    next_lease_at = lookup["next_lease_at"]
+    return WorkerHeartbeatResult(
+        was_dead=lookup["previous_state"] == WorkerState.DEAD.value,
+        released_jobs=released,
+        dead_worker_ids=dead_ids,
+        next_lease_expiry=(
+            None if next_lease_at is None else max(timedelta(0), parse_time(next_lease_at) - now)
+        ),
+    )
+
+
+async def workers_list(ctx: TxContext, params: WorkersList) -> list[WorkerInfo]:
+    """See StateTx.workers_list: one statement; ``states`` filters the reported state."""
+    rows = await ctx.fetch(
+        ctx.q.workers_list,
+        {"now": fmt_time(params.now or utcnow()), "states": json_list(dict.fromkeys(params.states))},
+    )
+    return [worker_from_row(row) for row in rows]
+
+
+__all__ = ["worker_heartbeat", "workers_list"]
