@@ -61,8 +61,22 @@ from jobchain_conformance.suites.state_listing import (
     JobsListTests,
 )
 from jobchain_conformance.suites.state_pagination import CursorTests, PageSizeTests
+from jobchain_conformance.suites.state_rescue import (
+    ConcurrentReleaseTests,
+    FencingAfterReleaseTests,
+    PerTypeLeaseTests,
+    ReapRescueTests,
+    WorkerReleaseTests,
+)
 from jobchain_conformance.suites.state_transactions import CloseTests, SavepointTests, TransactionTests
 from jobchain_conformance.suites.state_trigger import JobsTriggerTests
+from jobchain_conformance.suites.state_workers import (
+    NextLeaseExpiryTests,
+    WorkerDeathTests,
+    WorkerHeartbeatTests,
+    WorkerPruneTests,
+    WorkersListTests,
+)
 
 # Filled in as suite modules land (state_create, state_chains, state_acquire, state_leases,
 # state_trigger, state_transactions, state_delete, state_listing, notify_channels,
@@ -79,12 +93,22 @@ class StateAdapterSuite(
     JobBlockersGetTests,
     JobNextAvailableTests,
     JobsAcquireTests,
+    PerTypeLeaseTests,
     JobRenewLeaseTests,
     JobRescheduleTests,
     JobCompleteTests,
     JobCompleteUnblockingTests,
     ConcurrentUnblockTests,
     JobsReapExpiredTests,
+    ReapRescueTests,
+    WorkerHeartbeatTests,
+    WorkerDeathTests,
+    WorkerReleaseTests,
+    FencingAfterReleaseTests,
+    ConcurrentReleaseTests,
+    WorkerPruneTests,
+    NextLeaseExpiryTests,
+    WorkersListTests,
     JobAttemptTimesTests,
     JobsTriggerTests,
     ChainsDeleteTests,
