@@ -1,8 +1,14 @@
 """The suite catches broken adapters: deliberately wrong variants of the in-process
 adapters must fail named cases, while the correct adapters pass those same cases.
 
-Each variant wraps the memory adapters through the public contract only, so the bugs
-stay meaningful whatever the reference's internals look like.
+Most variants wrap the memory adapters through the public contract only, so the bugs
+stay meaningful whatever the reference's internals look like. Where a bug cannot be built
+from the contract (a release that forgets the rescue, a heartbeat that rewrites started_at),
+the variant swaps one named function of the reference for the duration of one call, and
+always puts back the original saved at import (never a possibly swapped current value).
+
+The worker-registry variants run only the registry and rescue suites (their bugs live
+there), which keeps this run from growing by a whole suite per variant.
 """
 
 from __future__ import annotations
@@ -26,14 +32,16 @@ from datetime import timedelta
 import pytest
 
 from jobchain.contracts import BlockedJobsList, JobReschedule, MAX_PAGE_SIZE
-from jobchain.entities import Deduplication, JobStatus, Schedule
-from jobchain.memory import _writes
+from jobchain.entities import Deduplication, JobStatus, Schedule, WorkerState
+from jobchain.memory import _workers, _writes
 from jobchain.memory.notify import MemoryNotifyAdapter
 from jobchain.memory.state import MemoryStateAdapter
 from hypothesis import Phase, settings
 
 from jobchain_conformance import NotifyAdapterSuite, StateAdapterSuite
 from jobchain_conformance.model import MODEL_SETTINGS
+from jobchain_conformance.suites import state_rescue, state_workers
+from jobchain_conformance.suites._base import StateSuiteBase
 
 
 class WrappedTx:
@@ -145,6 +153,113 @@ class NoDedupWaitTx(WrappedTx):
             _writes.Ctx.await_uncommitted_insert = original
 
 
+REAL_LAPSED = _workers.lapsed
+REAL_PRESUMED_DEAD = _workers.presumed_dead
+REAL_RESCUED = _workers.rescued
+
+
+def _unrecorded(job, reason, now):
+    return dataclasses.replace(job, status=JobStatus.PENDING, leased_by=None, leased_until=None)
+
+
+class ReleasesLiveWorkersTx(WrappedTx):
+    """Bug (f): a heartbeat presumes every other running worker dead, lapsed or not."""
+
+    async def worker_heartbeat(self, params):
+        _workers.lapsed = lambda row, now: row.state in _workers.ALIVE_STATES
+        try:
+            return await self._inner.worker_heartbeat(params)
+        finally:
+            _workers.lapsed = REAL_LAPSED
+
+
+class StoppedPresumedDeadTx(WrappedTx):
+    """Bug (g): a clean stop does not protect a worker from being presumed dead."""
+
+    async def worker_heartbeat(self, params):
+        _workers.lapsed = lambda row, now: row.state is not WorkerState.DEAD and row.alive_until < now
+        try:
+            return await self._inner.worker_heartbeat(params)
+        finally:
+            _workers.lapsed = REAL_LAPSED
+
+
+class NeverReleasesTx(WrappedTx):
+    """Bug (h): a heartbeat ignores release_dead: dead workers' jobs wait for their leases."""
+
+    async def worker_heartbeat(self, params):
+        return await self._inner.worker_heartbeat(dataclasses.replace(params, release_dead=False))
+
+
+class ForgetfulReleaseTx(WrappedTx):
+    """Bug (i): a heartbeat releases dead workers' jobs without recording the rescue."""
+
+    async def worker_heartbeat(self, params):
+        _workers.rescued = _unrecorded
+        try:
+            return await self._inner.worker_heartbeat(params)
+        finally:
+            _workers.rescued = REAL_RESCUED
+
+
+class UnrecordedReapTx(WrappedTx):
+    """Bug (j): the reaper returns expired jobs to pending without recording the rescue."""
+
+    async def jobs_reap_expired(self, params):
+        _workers.rescued = _unrecorded
+        try:
+            return await self._inner.jobs_reap_expired(params)
+        finally:
+            _workers.rescued = REAL_RESCUED
+
+
+class IgnoresTypeLeasesTx(WrappedTx):
+    """Bug (k): a claim gives every type lease_for, ignoring type_leases."""
+
+    async def jobs_acquire(self, params):
+        return await self._inner.jobs_acquire(dataclasses.replace(params, type_leases={}))
+
+
+class DeadListedRunningTx(WrappedTx):
+    """Bug (l): workers_list reports the stored state, so a lapsed worker still looks alive."""
+
+    async def workers_list(self, params):
+        _workers.presumed_dead = lambda row, now: row.state is WorkerState.DEAD
+        try:
+            return await self._inner.workers_list(params)
+        finally:
+            _workers.presumed_dead = REAL_PRESUMED_DEAD
+
+
+class RestartsStartedAtTx(WrappedTx):
+    """Bug (m): every heartbeat overwrites started_at, as an upsert that sets every column would."""
+
+    async def worker_heartbeat(self, params):
+        def op(ctx, now):
+            result = _workers.worker_heartbeat(ctx, params, now)
+            row = ctx.store.workers.rows[params.worker_id]
+            ctx.store.workers.put(ctx.tx, params.worker_id, dataclasses.replace(row, started_at=now))
+            return result
+
+        return await self._inner._write(op, params.now)
+
+
+class NeverWasDeadTx(WrappedTx):
+    """Bug (n): a worker is never told that it was presumed dead."""
+
+    async def worker_heartbeat(self, params):
+        result = await self._inner.worker_heartbeat(params)
+        return dataclasses.replace(result, was_dead=False)
+
+
+class NoPruneTx(WrappedTx):
+    """Bug (o): registry rows are never pruned."""
+
+    async def worker_heartbeat(self, params):
+        far = timedelta(days=36500)
+        return await self._inner.worker_heartbeat(dataclasses.replace(params, prune_after=far))
+
+
 class LeakyUnsubscribeNotify(MemoryNotifyAdapter):
     """Bug (d): unsubscribe returns but the listener stays subscribed."""
 
@@ -187,11 +302,47 @@ def state_suite(tx_class):
     return Suite
 
 
+WORKER_SUITES = tuple(
+    getattr(module, name)
+    for module in (state_workers, state_rescue)
+    for name in dir(module)
+    if name.endswith("Tests") and isinstance(getattr(module, name), type)
+)
+
+
+def worker_suite(tx_class):
+    """Only the registry and rescue cases, against a variant."""
+
+    class Variant(WrappedAdapter):
+        pass
+
+    Variant.tx_class = tx_class
+
+    class Suite(*WORKER_SUITES, StateSuiteBase):
+        @pytest.fixture
+        async def state_adapter(self) -> AsyncIterator[WrappedAdapter]:
+            adapter = Variant()
+            yield adapter
+            await adapter.close()
+
+    return Suite
+
+
 TestCorrectState = state_suite(WrappedTx)
 TestDoubleDispatch = state_suite(DoubleDispatchTx)
 TestScopeBlindDedup = state_suite(ScopeBlindDedupTx)
 TestEagerUnblock = state_suite(EagerUnblockTx)
 TestNoDedupWait = state_suite(NoDedupWaitTx)
+TestReleasesLiveWorkers = worker_suite(ReleasesLiveWorkersTx)
+TestStoppedPresumedDead = worker_suite(StoppedPresumedDeadTx)
+TestNeverReleases = worker_suite(NeverReleasesTx)
+TestForgetfulRelease = worker_suite(ForgetfulReleaseTx)
+TestUnrecordedReap = worker_suite(UnrecordedReapTx)
+TestIgnoresTypeLeases = worker_suite(IgnoresTypeLeasesTx)
+TestDeadListedRunning = worker_suite(DeadListedRunningTx)
+TestRestartsStartedAt = worker_suite(RestartsStartedAtTx)
+TestNeverWasDead = worker_suite(NeverWasDeadTx)
+TestNoPrune = worker_suite(NoPruneTx)
 
 
 class OnOneHub:
@@ -243,6 +394,48 @@ MUST_FAIL = {
         "test_second_start_of_a_key_whose_earlier_chain_completed_waits_too",
         "test_batches_sharing_keys_in_another_order_collapse_without_deadlock",
     ],
+    "TestReleasesLiveWorkers": [
+        "test_a_live_worker_is_never_marked_dead",
+        "test_jobs_of_live_workers_pending_and_completed_jobs_stay_untouched",
+    ],
+    "TestStoppedPresumedDead": [
+        "test_a_stopped_worker_is_never_marked_dead",
+        "test_a_stopped_workers_jobs_are_left_to_their_lease",
+    ],
+    "TestNeverReleases": [
+        "test_a_dead_workers_running_job_returns_to_pending_with_the_rescue_recorded",
+        "test_lapsed_running_and_draining_workers_are_marked_dead",
+        "test_parallel_heartbeats_release_each_job_once",
+        "test_the_dead_worker_cannot_renew",
+    ],
+    "TestForgetfulRelease": [
+        "test_a_dead_workers_running_job_returns_to_pending_with_the_rescue_recorded",
+        "test_a_released_job_is_claimed_again_and_keeps_its_rescue",
+        "test_a_later_rescue_replaces_the_earlier_one",
+    ],
+    "TestUnrecordedReap": [
+        "test_reap_records_when_whose_lease_and_why",
+        "test_the_rescue_stays_after_the_next_claim_and_completion",
+    ],
+    "TestIgnoresTypeLeases": [
+        "test_one_claim_gives_each_type_its_own_lease",
+        "test_a_per_type_lease_decides_when_the_reaper_takes_the_job",
+    ],
+    "TestDeadListedRunning": [
+        "test_a_lapsed_worker_is_reported_dead_before_anyone_marks_it",
+        "test_states_filter_on_the_reported_state",
+    ],
+    "TestRestartsStartedAt": [
+        "test_later_heartbeat_keeps_started_at_and_moves_last_seen_and_alive_until",
+        "test_most_recently_started_first_and_a_later_heartbeat_keeps_the_place",
+        "test_heartbeat_of_a_worker_marked_dead_reports_was_dead_and_revives_it",
+    ],
+    "TestNeverWasDead": [
+        "test_heartbeat_of_a_worker_marked_dead_reports_was_dead_and_revives_it",
+    ],
+    "TestNoPrune": [
+        "test_rows_lapsed_longer_than_prune_after_are_deleted",
+    ],
     "TestLeakyUnsubscribe": [
         "test_unsubscribe_stops_job_scheduled_notifications",
         "test_unsubscribe_stops_chain_completed_notifications",
@@ -258,6 +451,7 @@ CONTROL = {
     "TestNoDedupWait": "TestCorrectState",
     "TestLeakyUnsubscribe": "TestCorrectNotify",
 }
+CONTROL.update((variant, "TestCorrectState") for variant in MUST_FAIL if variant not in CONTROL)
 
 
 class _Recorder:

@@ -44,9 +44,14 @@ def rescued(job: Job, reason: RescueReason, now: datetime) -> Job:
     )
 
 
+def lapsed(row: WorkerInfo, now: datetime) -> bool:
+    """A worker that promised to heartbeat and let ``alive_until`` pass: presumed dead."""
+    return row.state in ALIVE_STATES and row.alive_until < now
+
+
 def presumed_dead(row: WorkerInfo, now: datetime) -> bool:
-    """A worker that promised to heartbeat and let ``alive_until`` pass (or was marked dead)."""
-    return row.state is WorkerState.DEAD or (row.state in ALIVE_STATES and row.alive_until < now)
+    """Lapsed, or already marked dead: what ``workers_list`` reports as ``dead``."""
+    return row.state is WorkerState.DEAD or lapsed(row, now)
 
 
 # ---------------------------------------------------------------- reaping
@@ -116,9 +121,7 @@ def _writable(table: WorkerTable, tx: TxState, caller: str) -> list[WorkerInfo]:
 
 def _mark_dead(ctx: Ctx, caller: str, now: datetime) -> list[str]:
     table = ctx.store.workers
-    dying = [
-        row for row in _writable(table, ctx.tx, caller) if row.state in ALIVE_STATES and row.alive_until < now
-    ]
+    dying = [row for row in _writable(table, ctx.tx, caller) if lapsed(row, now)]
     for row in dying:  # after the walk: the table is being iterated above
         table.try_lock(ctx.tx, row.id)  # free: _writable skipped rows held elsewhere
         table.put(ctx.tx, row.id, replace(row, state=WorkerState.DEAD))
