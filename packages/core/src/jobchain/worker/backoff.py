@@ -45,7 +45,14 @@ class Backoff:
 
 
 DEFAULT_BACKOFF = Backoff()
-DEFAULT_RECOVERY_BACKOFF = Backoff()
+DEFAULT_RECOVERY_BACKOFF = Backoff(
+    initial=timedelta(milliseconds=500), multiplier=2.0, maximum=timedelta(seconds=5)
+)
+"""The worker loop's backoff after a database or broker failure: 0.5 s doubling to 5 s.
+
+Kept low because heartbeats probe the database every couple of seconds anyway, and the
+first one that gets through wakes the loop; a long cap would only idle a recovered worker.
+"""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

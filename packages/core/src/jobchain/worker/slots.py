@@ -1,0 +1,265 @@
+"""The worker's slots: attempts running, the prefetch buffer, and handing jobs back at stop.
+
+A slot counts a running handler: once a handler has returned, its slot takes the next job
+while the attempt's commit is still being written. At most ``concurrency`` attempts wait for
+their commit that way; beyond that they keep their slots (backpressure when the database is
+slow). A batch takes one slot for all its jobs.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import logging
+from collections import deque
+from collections.abc import Callable
+from datetime import timedelta
+from typing import TYPE_CHECKING, Any
+
+from jobchain.contracts import JobReschedule
+from jobchain.entities import Job, Schedule
+from jobchain.errors import JobchainError
+from jobchain.worker.abort import AbortReason
+from jobchain.worker.batch import BatchRunner
+from jobchain.worker.runner import AttemptRunner
+from jobchain.worker.settings import WorkerSettings
+
+if TYPE_CHECKING:
+    from jobchain.client import Client
+    from jobchain.worker.completer import CompletionGroups
+    from jobchain.worker.processors import Processor
+
+log = logging.getLogger("jobchain.worker")
+
+SHUTDOWN_GRACE_SECONDS = 1.0
+"""After the shutdown deadline, how long handlers whose signal fired may take to return."""
+
+AttemptEvent = Callable[[str, Job, dict[str, Any]], None]
+
+
+class Slots:
+    """Runs claimed jobs in ``concurrency`` slots, buffering up to ``prefetch`` more."""
+
+    def __init__(
+        self,
+        client: Client,
+        processors: dict[str, Processor],
+        worker_id: str,
+        settings: WorkerSettings,
+        *,
+        concurrency: int,
+        prefetch: int,
+        groups: CompletionGroups | None,
+        batch_groups: CompletionGroups,
+        on_event: AttemptEvent,
+        wake: Callable[[], None],
+    ) -> None:
+        self._client = client
+        self._processors = processors
+        self._worker_id = worker_id
+        self._settings = settings
+        self.concurrency = concurrency
+        self.prefetch = prefetch
+        self._groups = groups
+        self._batch_groups = batch_groups
+        self._on_event = on_event
+        self._wake = wake
+        # Jobs one slot may take: a batch processor's max_batch, else one.
+        self.slot_jobs = max(p.max_batch or 1 for p in processors.values())
+        self.inflight: dict[str, asyncio.Task[None]] = {}
+        # In-flight attempts whose handler returned and whose commit is still being written.
+        self._committing: set[str] = set()
+        # Claimed jobs waiting for a slot, with the loop time of their claim (prefetch > 0).
+        self.buffer: deque[tuple[Job, float]] = deque()
+        self._runners: dict[str, AttemptRunner | BatchRunner] = {}
+        # Jobs beyond the first of each running batch: they share their batch's slot.
+        self._batched_extra = 0
+        self.closed = False
+        """Set when the worker stops: buffered jobs no longer start."""
+
+    # ------------------------------------------------------------------ counting
+
+    def busy(self) -> int:
+        """Slots in use: running handlers, plus attempts committing beyond the free allowance."""
+        return len(self.inflight) - self._batched_extra - min(len(self._committing), self.concurrency)
+
+    def full(self) -> bool:
+        """Whether every slot is in use."""
+        return self.busy() >= self.concurrency
+
+    def room(self) -> int:
+        """Jobs to claim: what the free slots take, plus the prefetch buffer's free places."""
+        free_slots = self.concurrency - self.busy()
+        return free_slots * self.slot_jobs + self.prefetch - len(self.buffer)
+
+    def wants_claim(self) -> bool:
+        """Room to claim, and (with prefetch) the buffer ran down to half.
+
+        With prefetch, refilling only at half makes claims carry several jobs each, and they
+        happen while the slots are busy.
+        """
+        return self.room() > 0 and len(self.buffer) <= self.prefetch // 2
+
+    def leased_ids(self) -> list[str]:
+        """Every job leased to this worker: running, committing or buffered."""
+        return [*self.inflight, *(job.id for job, _ in self.buffer)]
+
+    def leased_count(self) -> int:
+        """How many jobs are leased to this worker."""
+        return len(self.inflight) + len(self.buffer)
+
+    # ------------------------------------------------------------------ starting
+
+    def add_claimed(self, jobs: list[Job]) -> None:
+        """Buffer freshly claimed jobs and start what the free slots take."""
+        now = asyncio.get_running_loop().time()
+        self.buffer.extend((job, now) for job in jobs)
+        self.start_buffered()
+
+    def start_buffered(self) -> None:
+        """Move buffered jobs into free slots; one that waited past half its lease renews first."""
+        if not self.buffer:
+            return
+        now = asyncio.get_running_loop().time()
+        while self.buffer and self.busy() < self.concurrency and not self.closed:
+            job, claimed_at = self.buffer.popleft()
+            # Each type's own lease: a job claimed with a 12 s lease is stale after 6 s.
+            stale = now - claimed_at > self._settings.lease_of(job.type_name).total_seconds() / 2
+            processor = self._processors.get(job.type_name)
+            if processor is not None and processor.max_batch is not None:
+                jobs = [job, *self._take_buffered(job.type_name, processor.max_batch - 1)]
+                self._spawn_batch(processor, jobs, renew_first=stale)
+            else:
+                self._spawn(job, renew_first=stale)
+
+    def _take_buffered(self, type_name: str, limit: int) -> list[Job]:
+        """Up to ``limit`` buffered jobs of ``type_name``, oldest first, out of the buffer."""
+        taken: list[Job] = []
+        kept: deque[tuple[Job, float]] = deque()
+        for entry in self.buffer:
+            if len(taken) < limit and entry[0].type_name == type_name:
+                taken.append(entry[0])
+            else:
+                kept.append(entry)
+        self.buffer = kept
+        return taken
+
+    def _spawn(self, job: Job, *, renew_first: bool = False) -> None:
+        processor = self._processors.get(job.type_name)
+        if processor is None:  # claimed by type name, so this means a registry bug
+            raise JobchainError(f"no processor for claimed job type {job.type_name!r}")
+        runner = AttemptRunner(
+            self._client,
+            processor,
+            job,
+            self._worker_id,
+            self._settings.of(job.type_name),
+            self._on_event,
+            self._groups,
+            on_handler_returned=functools.partial(self._committing_now, job.id),
+        )
+        work = runner.renew_then_run() if renew_first else runner.run()
+        task = asyncio.create_task(work, name=f"jobchain-attempt-{job.id}")
+        self.inflight[job.id] = task
+        self._runners[job.id] = runner
+
+        def done(_: asyncio.Task[None], job_id: str = job.id) -> None:
+            self.inflight.pop(job_id, None)
+            was_committing = job_id in self._committing
+            over_allowance = len(self._committing) > self.concurrency
+            self._committing.discard(job_id)
+            self._runners.pop(job_id, None)
+            # The next buffered job takes the slot now, not after a trip through the loop.
+            self.start_buffered()
+            # A committing attempt handed its slot on, and woke the loop, when its handler
+            # returned; waking again now would only add an empty claim per job.
+            if not was_committing or over_allowance:
+                self._wake()
+            if not _.cancelled() and _.exception() is not None:
+                log.error("attempt of job %s crashed", job_id, exc_info=_.exception())
+
+        task.add_done_callback(done)
+
+    def _spawn_batch(self, processor: Processor, jobs: list[Job], *, renew_first: bool) -> None:
+        runner = BatchRunner(
+            self._client,
+            processor,
+            jobs,
+            self._worker_id,
+            self._settings.of(processor.job_type.name),
+            self._on_event,
+            self._batch_groups,
+        )
+        task = asyncio.create_task(runner.run(renew_first=renew_first), name=f"jobchain-batch-{jobs[0].id}")
+        for job in jobs:
+            self.inflight[job.id] = task
+            self._runners[job.id] = runner
+        self._batched_extra += len(jobs) - 1
+
+        def done(_: asyncio.Task[None]) -> None:
+            for job in jobs:
+                self.inflight.pop(job.id, None)
+                self._runners.pop(job.id, None)
+            self._batched_extra -= len(jobs) - 1
+            self.start_buffered()
+            self._wake()
+            if not _.cancelled() and _.exception() is not None:
+                log.error(
+                    "batch of %d %s jobs crashed", len(jobs), processor.job_type.name, exc_info=_.exception()
+                )
+
+        task.add_done_callback(done)
+
+    def _committing_now(self, job_id: str) -> None:
+        """The handler of ``job_id`` returned; only its commit is left: its slot may run another."""
+        if job_id not in self.inflight:
+            return
+        self._committing.add(job_id)
+        self.start_buffered()
+        self._wake()
+
+    # ------------------------------------------------------------------ stopping
+
+    async def drain(self, deadline: float) -> None:
+        """Wait up to ``deadline`` seconds for in-flight attempts; then signal, cancel, hand back the rest."""
+        if not self.inflight:
+            return
+        tasks = list(self.inflight.values())
+        _, pending = await asyncio.wait(tasks, timeout=deadline)
+        if not pending:
+            return
+        job_ids = [job_id for job_id, task in self.inflight.items() if task in pending]
+        # Past the deadline: ask handlers to stop (signal reason "shutdown"), give them a
+        # moment to return, then cancel what is still running and hand its jobs back.
+        for job_id in job_ids:
+            runner = self._runners.get(job_id)
+            if runner is not None and runner.attempt is not None:
+                runner.attempt.signal.abort(AbortReason.SHUTDOWN)
+        _, pending = await asyncio.wait(pending, timeout=min(SHUTDOWN_GRACE_SECONDS, deadline))
+        job_ids = [job_id for job_id, task in self.inflight.items() if task in pending]
+        for task in pending:
+            task.cancel()
+        await asyncio.gather(*pending, return_exceptions=True)
+        await self.release(job_ids)
+
+    async def release_buffered(self) -> None:
+        """Hand back every job still waiting in the buffer."""
+        buffered, self.buffer = [job.id for job, _ in self.buffer], deque()
+        await self.release(buffered)
+
+    async def release(self, job_ids: list[str]) -> None:
+        """Hand unfinished jobs back at once instead of waiting for their leases to expire."""
+        for job_id in job_ids:
+            try:
+                async with self._client.transaction() as tx:
+                    job = await tx.state.job_reschedule(
+                        JobReschedule(
+                            job_id=job_id,
+                            schedule=Schedule(after=timedelta(0)),
+                            error="released: the worker shut down before the attempt finished",
+                            worker_id=self._worker_id,
+                        )
+                    )
+                    tx.hooks.job_scheduled(job.type_name)
+            except JobchainError as error:
+                log.info("could not release job %s: %s", job_id, error)
