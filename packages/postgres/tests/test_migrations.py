@@ -272,7 +272,7 @@ async def test_acquisition_uses_the_pending_partial_index(seeded: PostgresStateA
         "type_names": ["type1", "type2"],
         "limit": 10,
         "worker_id": "w",
-        "lease_for": timedelta(seconds=30),
+        "leases": [timedelta(seconds=30), timedelta(seconds=30)],
         "now": NOW,
     }
     assert "jobchain_job_acquisition_idx" in await plan(seeded, q.jobs_acquire, params)

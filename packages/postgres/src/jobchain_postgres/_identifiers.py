@@ -22,7 +22,7 @@ MAX_IDENTIFIER = 63
 
 _NAME = re.compile(r"[A-Za-z0-9_]+")
 
-QUALIFIED: Final = ("job", "job_blocker", "migration", "job_status", "deduplication_lock")
+QUALIFIED: Final = ("job", "job_blocker", "migration", "job_status", "deduplication_lock", "worker")
 """Objects named ``{schema}.{prefix}{name}``."""
 
 INDEXES: Final = (
@@ -36,6 +36,7 @@ INDEXES: Final = (
     "job_listing_status_idx",
     "job_listing_type_name_idx",
     "job_chain_listing_type_name_idx",
+    "worker_alive_idx",
 )
 """Indexes, named ``{prefix}{name}`` (CREATE INDEX takes no schema; it lives beside its table)."""
 

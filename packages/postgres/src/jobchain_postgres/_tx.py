@@ -50,6 +50,7 @@ from jobchain.errors import (
 )
 from jobchain_postgres._identifiers import savepoint_statements
 from jobchain_postgres._listings import ListingsMixin
+from jobchain_postgres._workers import WorkersMixin
 from jobchain_postgres.errors import translated
 from jobchain_postgres.providers import AnyConnection
 from jobchain_postgres.queries import Queries
@@ -117,7 +118,7 @@ def _check_now(now: datetime | None) -> datetime | None:
     return now
 
 
-class PostgresStateTx(ListingsMixin):
+class PostgresStateTx(ListingsMixin, WorkersMixin):
     """One open transaction (or savepoint) of a PostgreSQL state adapter.
 
     ``connection`` is the psycopg connection it runs on: your own SQL executed there commits or
@@ -384,7 +385,8 @@ class PostgresStateTx(ListingsMixin):
             "type_names": type_names,
             "limit": params.limit,
             "worker_id": params.worker_id,
-            "lease_for": params.lease_for,
+            # Aligned with type_names: each claimed job gets its own type's lease.
+            "leases": [params.lease_of(type_name) for type_name in type_names],
             "now": _check_now(params.now),
         }
         jobs: list[Job] = []

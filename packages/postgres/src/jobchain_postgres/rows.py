@@ -2,14 +2,15 @@
 
 Statements return scalar columns (names starting with ``_``) followed by one or more whole job
 rows (``j.*``). A job row starts at a column named ``id``; its columns are read by name, so a
-later migration that appends a column changes nothing here.
+later migration that appends a column changes nothing here. The rescue columns (migration 0005)
+read as None where a schema does not have them yet.
 """
 
 from __future__ import annotations
 
 import json
 import uuid
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from datetime import UTC, datetime, timedelta
 from operator import itemgetter
 from typing import Any
@@ -19,7 +20,7 @@ from psycopg.abc import Buffer
 from psycopg.adapt import Loader
 
 from jobchain.contracts.state import NewJob
-from jobchain.entities import CANONICAL_ID, Job, JobStatus, JsonValue, Schedule
+from jobchain.entities import CANONICAL_ID, Job, JobStatus, JsonValue, Schedule, WorkerInfo, WorkerState
 from jobchain.errors import InvalidArgumentError, InvalidJobIdError
 
 Row = tuple[Any, ...]
@@ -61,6 +62,23 @@ _JOB_FIELDS = (
     "chain_trace_context",
 )
 
+_RESCUE_FIELDS = ("rescued_at", "rescued_from", "rescue_reason")
+_NO_RESCUE = (None, None, None)
+
+
+def _fields_getter(group: dict[str, int]) -> Callable[[Row], tuple[Any, ...]] | None:
+    """One getter that picks a group's job fields (rescue fields last) in one C call.
+
+    Decoding jobs is on every claim and completion. A schema from before migration 0005 has no
+    rescue columns: its jobs read with none recorded.
+    """
+    if not all(name in group for name in _JOB_FIELDS):
+        return None
+    if all(name in group for name in _RESCUE_FIELDS):
+        return itemgetter(*(group[name] for name in (*_JOB_FIELDS, *_RESCUE_FIELDS)))
+    base = itemgetter(*(group[name] for name in _JOB_FIELDS))
+    return lambda row: (*base(row), *_NO_RESCUE)
+
 
 class Shape:
     """Where the scalars and each job row sit in a result's columns."""
@@ -78,14 +96,7 @@ class Shape:
                 self.groups[-1].setdefault(name, position)
             else:
                 self.scalars[name] = position
-        # One getter per job group that picks its fields in _JOB_FIELDS order in one C call:
-        # decoding jobs is on every claim and completion.
-        self._fields = [
-            itemgetter(*(group[name] for name in _JOB_FIELDS))
-            if all(name in group for name in _JOB_FIELDS)
-            else None
-            for group in self.groups
-        ]
+        self._fields = [_fields_getter(group) for group in self.groups]
 
     def scalar(self, row: Row, name: str) -> Any:
         return row[self.scalars[name]]
@@ -119,6 +130,9 @@ class Shape:
             deduplication_key,
             trace_context,
             chain_trace_context,
+            rescued_at,
+            rescued_from,
+            rescue_reason,
         ) = fields(row)
         if id_ is None:
             return None
@@ -146,6 +160,9 @@ class Shape:
             deduplication_key=deduplication_key,
             trace_context=trace_context,
             chain_trace_context=chain_trace_context,
+            rescued_at=utc_or_none(rescued_at),
+            rescued_from=rescued_from,
+            rescue_reason=rescue_reason,
         )
 
     def must_job(self, row: Row, group: int = 0) -> Job:
@@ -153,6 +170,38 @@ class Shape:
         if job is None:  # pragma: no cover - the statements only call this on present rows
             raise AssertionError("expected a job row")
         return job
+
+
+def worker_info(row: Row) -> WorkerInfo:
+    """A ``workers_list`` row (columns in the order that statement selects them)."""
+    (
+        id_,
+        name,
+        host,
+        pid,
+        version,
+        type_names,
+        concurrency,
+        inflight,
+        state,
+        started_at,
+        last_seen_at,
+        alive_until,
+    ) = row
+    return WorkerInfo(
+        id=id_,
+        name=name,
+        host=host,
+        pid=pid,
+        version=version,
+        type_names=tuple(type_names),
+        concurrency=concurrency,
+        inflight=inflight,
+        state=WorkerState(state),
+        started_at=utc(started_at),
+        last_seen_at=utc(last_seen_at),
+        alive_until=utc(alive_until),
+    )
 
 
 def utc(value: datetime) -> datetime:
@@ -291,4 +340,5 @@ __all__ = [
     "utc",
     "uuid_or_none",
     "uuids",
+    "worker_info",
 ]

@@ -41,6 +41,9 @@ CREATE TABLE {job} (
     open_blocker_count  integer NOT NULL DEFAULT 0,  -- blocker chains not yet complete
     first_attempt_at    timestamptz,                 -- set by the first claim, then kept
     attempt_started_at  timestamptz,                 -- set by every claim (the current/last attempt)
+    rescued_at          timestamptz,                 -- the last rescue: attempt abandoned, job pending again
+    rescued_from        text,                        -- the worker whose attempt was abandoned
+    rescue_reason       text,                        -- 'lease_expired' or 'worker_dead'
     CHECK ((chain_index = 0) = (id = chain_id))
 ) WITH (
     fillfactor = 75,
@@ -67,6 +70,24 @@ CREATE TABLE {deduplication_lock} (
     PRIMARY KEY (chain_type_name, deduplication_key)
 ) WITH (fillfactor = 50, autovacuum_vacuum_cost_delay = 0);
 
+-- The worker registry: one row per worker process, upserted by its heartbeat. A row whose
+-- alive_until passed while it said running or draining is dead; a live worker's heartbeat marks
+-- it so and releases its running jobs. state is text with a CHECK (easier to extend than an enum).
+CREATE TABLE {worker} (
+    id           text PRIMARY KEY,
+    name         text NOT NULL,
+    host         text NOT NULL,
+    pid          integer NOT NULL,
+    version      text NOT NULL,
+    type_names   text[] NOT NULL,
+    concurrency  integer NOT NULL,
+    inflight     integer NOT NULL,
+    state        text NOT NULL CHECK (state IN ('running', 'draining', 'stopped', 'dead')),
+    started_at   timestamptz NOT NULL,                -- the first heartbeat
+    last_seen_at timestamptz NOT NULL,                -- the latest heartbeat
+    alive_until  timestamptz NOT NULL                 -- latest heartbeat + its alive_for
+) WITH (fillfactor = 50, autovacuum_vacuum_cost_delay = 0);
+
 -- jobs_acquire, job_next_available: pending jobs per type in claim order (no sort, stops at the limit).
 CREATE INDEX {job_acquisition_idx} ON {job} (type_name, scheduled_at, created_at, id)
     WHERE status = 'pending';
@@ -75,7 +96,8 @@ CREATE UNIQUE INDEX {job_chain_index_idx} ON {job} (chain_id, chain_index);
 -- jobs_create deduplication: keyed roots, newest first.
 CREATE INDEX {job_deduplication_idx} ON {job} (deduplication_key, created_at DESC)
     WHERE deduplication_key IS NOT NULL AND chain_index = 0;
--- jobs_reap_expired: running jobs with a lease, oldest lease first.
+-- jobs_reap_expired, worker_heartbeat (next lease expiry; a dead worker's jobs): running jobs
+-- with a lease, oldest lease first.
 CREATE INDEX {job_expired_lease_idx} ON {job} (type_name, leased_until)
     WHERE status = 'running' AND leased_until IS NOT NULL;
 -- job_complete (unblocking), blocked_jobs_list, chains_delete (references).
@@ -87,3 +109,6 @@ CREATE INDEX {job_listing_status_idx} ON {job} (status, created_at DESC, id DESC
 CREATE INDEX {job_listing_type_name_idx} ON {job} (type_name, created_at DESC, id DESC);
 CREATE INDEX {job_chain_listing_type_name_idx} ON {job} (chain_type_name, created_at DESC, id DESC)
     WHERE chain_index = 0;
+-- worker_heartbeat: the dead scan (workers that still claim to be alive, by alive_until).
+CREATE INDEX {worker_alive_idx} ON {worker} (alive_until)
+    WHERE state IN ('running', 'draining');

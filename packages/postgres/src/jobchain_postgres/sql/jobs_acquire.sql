@@ -1,12 +1,13 @@
 -- jobs_acquire: claim up to :limit eligible pending jobs, oldest scheduled_at first, and say
--- whether more were waiting, in one statement.
+-- whether more were waiting, in one statement. :leases[i] is the lease of :type_names[i], so
+-- a worker serving types with different leases claims them together.
 -- Plan: job_acquisition_idx, one ordered index scan per type (LATERAL); FOR UPDATE SKIP LOCKED,
 -- so concurrent claimers neither wait for nor share a row. Leaky: with several types a claim
 -- locks up to :limit rows per type until commit; those it does not claim stay pending and
 -- other claimers skip them until this transaction ends.
 WITH candidates AS (
-    SELECT c.id, c.scheduled_at, c.created_at
-    FROM unnest(%(type_names)s::text[]) AS t(type_name)
+    SELECT c.id, c.scheduled_at, c.created_at, t.lease
+    FROM unnest(%(type_names)s::text[], %(leases)s::interval[]) AS t(type_name, lease)
     CROSS JOIN LATERAL (
         SELECT j.id, j.scheduled_at, j.created_at
         FROM {job} AS j
@@ -20,7 +21,7 @@ WITH candidates AS (
     ) AS c
 ),
 chosen AS (
-    SELECT candidates.id FROM candidates
+    SELECT candidates.id, candidates.lease FROM candidates
     ORDER BY candidates.scheduled_at, candidates.created_at, candidates.id
     LIMIT %(limit)s
 ),
@@ -30,7 +31,7 @@ claimed AS (
         attempt = j.attempt + 1,
         lease_generation = j.lease_generation + 1,
         leased_by = %(worker_id)s,
-        leased_until = COALESCE(%(now)s::timestamptz, statement_timestamp()) + %(lease_for)s::interval,
+        leased_until = COALESCE(%(now)s::timestamptz, statement_timestamp()) + chosen.lease,
         first_attempt_at = COALESCE(j.first_attempt_at, %(now)s::timestamptz, statement_timestamp()),
         attempt_started_at = COALESCE(%(now)s::timestamptz, statement_timestamp())
     FROM chosen

@@ -1,12 +1,13 @@
 -- jobs_acquire_atomic: jobs_acquire for distributed SQL (claim="atomic-update"): no SKIP LOCKED.
+-- :leases[i] is the lease of :type_names[i], as in jobs_acquire.
 -- Plan: pick candidates without locks, then one UPDATE … FROM that re-checks the status, so a
 -- job another claimer won meanwhile is dropped (the caller may receive fewer jobs, never a
 -- shared one). _lost counts candidates another claimer won meanwhile; the adapter then claims
 -- again with a fresh snapshot (only under contention). job_acquisition_idx, one ordered index
 -- scan per type. Leaky on PostgreSQL: a claim waits for a transaction that holds a candidate row.
 WITH next AS (
-    SELECT c.id
-    FROM unnest(%(type_names)s::text[]) AS t(type_name)
+    SELECT c.id, t.lease
+    FROM unnest(%(type_names)s::text[], %(leases)s::interval[]) AS t(type_name, lease)
     CROSS JOIN LATERAL (
         SELECT j.id, j.scheduled_at, j.created_at
         FROM {job} AS j
@@ -26,7 +27,7 @@ claimed AS (
         attempt = j.attempt + 1,
         lease_generation = j.lease_generation + 1,
         leased_by = %(worker_id)s,
-        leased_until = COALESCE(%(now)s::timestamptz, statement_timestamp()) + %(lease_for)s::interval,
+        leased_until = COALESCE(%(now)s::timestamptz, statement_timestamp()) + next.lease,
         first_attempt_at = COALESCE(j.first_attempt_at, %(now)s::timestamptz, statement_timestamp()),
         attempt_started_at = COALESCE(%(now)s::timestamptz, statement_timestamp())
     FROM next

@@ -1,5 +1,6 @@
 -- jobs_reap_expired: return up to :limit running jobs whose lease expired to pending, oldest
--- lease first, clearing the lease.
+-- lease first, clearing the lease and recording the rescue (when, from which worker, why, and a
+-- readable last_attempt_error: the abandoned attempt left no error of its own).
 -- Plan: job_expired_lease_idx, one ordered index scan per type (LATERAL); FOR UPDATE SKIP LOCKED
 -- so a job whose worker still holds its row (atomic processing) is never touched.
 WITH expired AS (
@@ -22,7 +23,14 @@ chosen AS (
     SELECT expired.id, expired.leased_until FROM expired ORDER BY expired.leased_until, expired.id LIMIT %(limit)s
 )
 UPDATE {job} AS j
-SET status = 'pending', leased_by = NULL, leased_until = NULL
+SET status = 'pending',
+    leased_by = NULL,
+    leased_until = NULL,
+    -- SET expressions read the row as it was: j.leased_by is the expired lease's holder.
+    rescued_at = COALESCE(%(now)s::timestamptz, statement_timestamp()),
+    rescued_from = j.leased_by,
+    rescue_reason = 'lease_expired',
+    last_attempt_error = 'attempt abandoned: the lease held by worker ' || j.leased_by || ' expired'
 FROM chosen
 WHERE j.id = chosen.id
 RETURNING chosen.leased_until AS _expired_at, j.*

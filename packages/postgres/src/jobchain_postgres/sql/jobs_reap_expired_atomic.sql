@@ -1,4 +1,5 @@
--- jobs_reap_expired_atomic: jobs_reap_expired for distributed SQL (claim="atomic-update").
+-- jobs_reap_expired_atomic: jobs_reap_expired for distributed SQL (claim="atomic-update"), recording
+-- the rescue as jobs_reap_expired does.
 -- Plan: candidates without locks, then UPDATE … FROM re-checking status and lease expiry, so a job
 -- completed or renewed meanwhile is left alone. job_expired_lease_idx per type.
 WITH chosen AS (
@@ -19,7 +20,14 @@ WITH chosen AS (
     LIMIT %(limit)s
 )
 UPDATE {job} AS j
-SET status = 'pending', leased_by = NULL, leased_until = NULL
+SET status = 'pending',
+    leased_by = NULL,
+    leased_until = NULL,
+    -- SET expressions read the row as it was: j.leased_by is the expired lease's holder.
+    rescued_at = COALESCE(%(now)s::timestamptz, statement_timestamp()),
+    rescued_from = j.leased_by,
+    rescue_reason = 'lease_expired',
+    last_attempt_error = 'attempt abandoned: the lease held by worker ' || j.leased_by || ' expired'
 FROM chosen
 WHERE j.id = chosen.id
   AND j.status = 'running'
