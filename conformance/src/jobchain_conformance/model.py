@@ -2,18 +2,21 @@
 
 :func:`make_state_machine` drives random sequences of state operations — chains created
 with and without deduplication and blockers, acquisition, completion with and without a
-continuation, reschedule, renewal, reaping, trigger and deletion — against the adapter
+continuation, reschedule, renewal, reaping, trigger, deletion, and worker heartbeats that
+register workers and release the jobs of dead ones — against the adapter
 under test and a fresh :class:`jobchain.memory.state.MemoryStateAdapter`, with the same
 explicit ``now`` values and the same ids. After every step both must hold the same jobs
 and chains; every step must return the same result or raise the same error class.
 
 The machine only asserts what the contract specifies, so it keeps away from unspecified
-tie-breaks and boundaries: the clock moves in whole seconds while leases and
-deduplication windows end on half seconds, an acquisition's limit never splits a group of
+tie-breaks and boundaries: the clock moves in whole seconds while leases, ``alive_for``
+and deduplication windows end on half seconds (and ``prune_after`` is whole, so a prune
+cutoff is never a half second either), an acquisition's limit never splits a group of
 jobs with equal ``scheduled_at``, and acquisitions are compared as sets.
 
-Every example works in its own namespace of type names, so the adapter under test need
-not be fresh per example: :class:`ModelTests` reuses the suite's ``state_adapter``.
+Every example works in its own namespace of type names and worker ids, so the adapter
+under test need not be fresh per example: :class:`ModelTests` reuses the suite's
+``state_adapter``. Heartbeat results and the registry are compared within that namespace.
 """
 
 from __future__ import annotations
@@ -52,8 +55,10 @@ from jobchain.contracts import (
     NewJob,
     StateAdapter,
     StateTx,
+    WorkerHeartbeat,
+    WorkersList,
 )
-from jobchain.entities import Deduplication, Job, JobStatus, Schedule
+from jobchain.entities import Deduplication, Job, JobStatus, Schedule, WorkerInfo, WorkerState
 
 T = TypeVar("T")
 AdapterFactory = Callable[[], Coroutine[Any, Any, StateAdapter]]
@@ -61,7 +66,10 @@ AdapterFactory = Callable[[], Coroutine[Any, Any, StateAdapter]]
 
 STEP_TIMEOUT = 30.0
 LEASE = timedelta(seconds=30.5)  # half seconds: an expiry never equals a whole-second clock
-WORKERS = ("worker-1", "worker-2")
+TYPE_B_LEASE = timedelta(seconds=60.5)
+"""The per-type lease some acquisitions give the second type (``type_leases``)."""
+WORKERS = ("worker-1", "worker-2", "worker-3")
+"""Worker names; each example prefixes them with its namespace."""
 RECENT = st.integers(0, 3)
 """Which of the most recent jobs or chains an operation targets (0 = the newest)."""
 MODEL_SETTINGS = settings(
@@ -106,8 +114,8 @@ def _utc(value: Any) -> Any:
     return value.astimezone(UTC) if isinstance(value, datetime) else value
 
 
-def project(job: Job) -> dict[str, Any]:
-    """Every stored field of a job, times normalized to UTC."""
+def project(job: Job | WorkerInfo) -> dict[str, Any]:
+    """Every stored field of a job (or registry row), times normalized to UTC."""
     return {f.name: _utc(getattr(job, f.name)) for f in dataclasses.fields(job)}
 
 
@@ -141,6 +149,13 @@ async def _snapshot(
     return jobs, chains
 
 
+async def _registry(adapter: StateAdapter, worker_ids: Sequence[str], now: datetime) -> list[dict[str, Any]]:
+    """The example's registry rows as listed at ``now``, in listing order."""
+    async with adapter.transaction(read_only=True) as tx:
+        rows = await tx.workers_list(WorkersList(now=now))
+    return [project(row) for row in rows if row.id in worker_ids]
+
+
 def make_state_machine(
     adapter_factory: AdapterFactory,
     *,
@@ -172,6 +187,7 @@ def make_state_machine(
             self.now = first_now
             token = uuid.uuid4().hex[:8]
             self.types = (f"model-{token}-a", f"model-{token}-b")
+            self.workers = tuple(f"model-{token}-{name}" for name in WORKERS)
             self.chain_ids: list[str] = []
             self.job_ids: list[str] = []
 
@@ -290,8 +306,18 @@ def make_state_machine(
             # Distinct creation times keep "newest deduplication match" free of ties.
             self.now += timedelta(seconds=1)
 
-        @rule(type_index=st.integers(0, 2), limit=st.integers(1, 3), worker=st.sampled_from(WORKERS))
-        def acquire(self, type_index: int, limit: int, worker: str) -> None:
+        @rule(
+            type_index=st.integers(0, 2),
+            limit=st.integers(1, 3),
+            worker_index=st.integers(0, 1),
+            per_type=st.booleans(),
+            register=st.booleans(),
+        )
+        def acquire(
+            self, type_index: int, limit: int, worker_index: int, per_type: bool, register: bool
+        ) -> None:
+            if register:  # as a worker does: heartbeat (so it can be found dead later), then claim
+                self.heartbeat(worker_index, False, WorkerState.RUNNING, 10.5, 3600)
             type_names = list(self.types) if type_index == 2 else [self.types[type_index]]
             snapshot = runner(_snapshot(self.reference, self.types))[0]
             eligible = sorted(
@@ -305,7 +331,12 @@ def make_state_machine(
             while limit < len(eligible) and eligible[limit - 1] == eligible[limit]:
                 limit += 1
             params = JobsAcquire(
-                type_names=type_names, worker_id=worker, lease_for=LEASE, limit=limit, now=self.now
+                type_names=type_names,
+                worker_id=self.workers[worker_index],
+                lease_for=LEASE,
+                type_leases={self.types[1]: TYPE_B_LEASE} if per_type else {},
+                limit=limit,
+                now=self.now,
             )
             self.agree(
                 "jobs_acquire",
@@ -393,7 +424,7 @@ def make_state_machine(
                 job_id=job.id,
                 schedule=Schedule(after=timedelta(seconds=delay)),
                 error=f"failure at {self.now.isoformat()}",
-                worker_id=(job.leased_by or WORKERS[0]) if as_owner else None,
+                worker_id=(job.leased_by or self.workers[0]) if as_owner else None,
                 now=self.now,
             )
             self.agree("job_reschedule", self.both(lambda tx: tx.job_reschedule(params)), project)
@@ -403,7 +434,7 @@ def make_state_machine(
             job = self.reference_job(index, [JobStatus.RUNNING] if running else list(JobStatus))
             if job is None:
                 return
-            worker = (job.leased_by or WORKERS[0]) if as_owner else WORKERS[1]
+            worker = (job.leased_by or self.workers[0]) if as_owner else self.workers[1]
             params = JobRenewLease(job_id=job.id, worker_id=worker, lease_for=LEASE, now=self.now)
             self.agree("job_renew_lease", self.both(lambda tx: tx.job_renew_lease(params)), project)
 
@@ -417,6 +448,54 @@ def make_state_machine(
                 "jobs_reap_expired",
                 self.both(lambda tx: tx.jobs_reap_expired(params)),
                 lambda jobs: sorted((job.id, tuple(project(job).items())) for job in jobs),
+            )
+
+        @rule(
+            worker_index=st.integers(0, 2),
+            release_dead=st.sampled_from([True, True, False]),
+            state=st.sampled_from(
+                [WorkerState.RUNNING, WorkerState.RUNNING, WorkerState.DRAINING, WorkerState.STOPPED]
+            ),
+            alive_for=st.sampled_from([10.5, 45.5]),
+            prune_after=st.sampled_from([100, 3600]),
+        )
+        def heartbeat(
+            self,
+            worker_index: int,
+            release_dead: bool,
+            state: WorkerState,
+            alive_for: float,
+            prune_after: int,
+        ) -> None:
+            params = WorkerHeartbeat(
+                worker_id=self.workers[worker_index],
+                name=f"name-{self.now.second}",
+                host="host",
+                pid=1000 + worker_index,
+                version="1",
+                type_names=self.types,
+                concurrency=2,
+                inflight=worker_index,
+                state=state,
+                alive_for=timedelta(seconds=alive_for),
+                release_dead=release_dead,
+                prune_after=timedelta(seconds=prune_after),
+                now=self.now,
+            )
+            mine, types = set(self.workers), set(self.types)  # earlier examples' rows may linger
+            self.agree(
+                "worker_heartbeat",
+                self.both(lambda tx: tx.worker_heartbeat(params)),
+                lambda r: (
+                    r.was_dead,
+                    sorted(
+                        (job.id, tuple(project(job).items()))
+                        for job in r.released_jobs
+                        if job.type_name in types
+                    ),
+                    sorted(worker for worker in r.dead_worker_ids if worker in mine),
+                    r.next_lease_expiry,
+                ),
             )
 
         @rule(indexes=st.lists(RECENT, min_size=1, max_size=2), missing=st.booleans())
@@ -459,6 +538,9 @@ def make_state_machine(
             reference_jobs, reference_chains = runner(_snapshot(self.reference, self.types))
             assert subject_jobs == reference_jobs, "stored jobs differ from the reference"
             assert subject_chains == reference_chains, "chains differ from the reference"
+            subject_workers = runner(_registry(self.subject, self.workers, self.now))
+            reference_workers = runner(_registry(self.reference, self.workers, self.now))
+            assert subject_workers == reference_workers, "the worker registry differs from the reference"
 
     return AdapterAgreesWithReference
 
