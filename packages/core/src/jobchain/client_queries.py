@@ -29,8 +29,9 @@ from jobchain.contracts.state import (
     Order,
     StateAdapter,
     StateTx,
+    WorkersList,
 )
-from jobchain.entities import Chain, Job, JobStatus, Page, validate_id
+from jobchain.entities import Chain, Job, JobStatus, Page, WorkerInfo, WorkerState, validate_id
 from jobchain.errors import (
     AdapterClosedError,
     ChainNotFoundError,
@@ -74,6 +75,15 @@ def _statuses(values: Sequence[JobStatus | str]) -> list[str]:
     except ValueError:
         valid = ", ".join(s.value for s in JobStatus)
         raise InvalidArgumentError(f"statuses must be among {valid}; got {list(values)!r}") from None
+
+
+def _worker_states(values: Sequence[WorkerState | str]) -> list[str]:
+    _require_list("states", values)
+    try:
+        return [WorkerState(v).value for v in values]
+    except ValueError:
+        valid = ", ".join(s.value for s in WorkerState)
+        raise InvalidArgumentError(f"states must be among {valid}; got {list(values)!r}") from None
 
 
 def _require_list(what: str, values: object) -> None:
@@ -273,6 +283,18 @@ class ClientQueries:
         )
         async with self._read(tx) as state:
             return await state.blocked_jobs_list(params)
+
+    async def list_workers(
+        self, *, states: Sequence[WorkerState | str] = (), tx: Transaction | None = None
+    ) -> list[WorkerInfo]:
+        """The worker registry, most recently started first; ``states`` filters (``dead`` included).
+
+        A row is ``dead`` once its worker missed its heartbeats (whether or not a live worker
+        has released its jobs yet); dead and stopped rows are pruned after an hour.
+        """
+        params = WorkersList(states=_worker_states(states), now=self._now())
+        async with self._read(tx) as state:
+            return await state.workers_list(params)
 
     async def await_chain(
         self,
