@@ -7,7 +7,9 @@
 - re-executions: execution-log lines beyond the first per job, split into those whose
   previous execution ran in a process that was SIGKILLed (a crash re-run) and the others;
 - recovery per fault: from the fault's end to the first completion after it, and to the
-  completion of every chain started before it (the backlog drained).
+  completion of every chain started before it (the backlog drained); after a kill, from the
+  kill to the re-execution of the last of the killed process's jobs (rescue started) and to
+  its completion (rescued), per job type, and the backlog still waiting at that moment.
 """
 
 from __future__ import annotations
@@ -17,7 +19,7 @@ import time
 from collections import Counter, defaultdict
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import psycopg
 
@@ -49,8 +51,17 @@ class Fault:
     backlog_drained_after: float | None = None
     in_flight_ids: list[str] = field(default_factory=list)
     """The killed process's unfinished jobs (kills only)."""
+    in_flight_types: dict[str, str] = field(default_factory=dict)
+    """Job type of each of ``in_flight_ids``."""
+    rescue_started_after: float | None = None
+    """From the kill to the start of the re-execution of the last of ``in_flight_ids``."""
+    rescue_started_by_type: dict[str, float] = field(default_factory=dict)
+    """``rescue_started_after`` per job type of the killed jobs."""
     rescued_after: float | None = None
     """From the kill to the completion of the last of ``in_flight_ids`` (kills only)."""
+    backlog_at_rescue: int | None = None
+    """Chains started before the last killed job's re-execution began and completed after it:
+    the queue the rescue did not wait for."""
     worker_pids: list[int] = field(default_factory=list)
     """The worker processes alive when the fault ended."""
     slowest_worker_resumed_after: float | None = None
@@ -75,9 +86,14 @@ class Figures:
     crash_re_executions: int = 0
     other_re_executions: int = 0
     faults: list[Fault] = field(default_factory=list)
+    settings: dict[str, Any] = field(default_factory=dict)
+    """The cell's knobs and plan (rate, workers), as run."""
+    bounds: dict[str, float] = field(default_factory=dict)
+    """The bounds the cell asserts, derived from its settings (seconds)."""
     extra: dict[str, Any] = field(default_factory=dict)
     lost_ids: list[str] = field(default_factory=list)
     double_ids: list[str] = field(default_factory=list)
+    wall_seconds: float = 0.0
 
     @property
     def in_flight_at_crashes(self) -> int:
@@ -90,38 +106,36 @@ class Figures:
     def as_json(self) -> dict[str, Any]:
         data = asdict(self)
         data["in_flight_at_crashes"] = self.in_flight_at_crashes
-        data["max_first_completion_after"] = self.recovery("first_completion_after")
-        data["max_backlog_drained_after"] = self.recovery("backlog_drained_after")
-        data["max_rescued_after"] = self.recovery("rescued_after")
-        data["max_slowest_worker_resumed_after"] = self.recovery("slowest_worker_resumed_after")
+        for attr in (
+            "first_completion_after",
+            "backlog_drained_after",
+            "rescue_started_after",
+            "rescued_after",
+            "slowest_worker_resumed_after",
+        ):
+            data[f"max_{attr}"] = self.recovery(attr)
         return data
 
 
-def read_executions(path: Path) -> list[tuple[str, int, int]]:
-    """``(job_id, pid, attempt)`` per logged execution, in log order."""
+class Execution(NamedTuple):
+    """One line of the execution log: a handler began running a job."""
+
+    job_id: str
+    pid: int
+    attempt: int
+    type_name: str
+    started: float
+
+
+def read_executions(path: Path) -> list[Execution]:
+    """Every logged execution, in log order."""
     if not path.exists():
         return []
     rows = []
     for line in path.read_text().splitlines():
-        job_id, pid, attempt = line.split()
-        rows.append((job_id, int(pid), int(attempt)))
+        job_id, pid, attempt, type_name, started = line.split()
+        rows.append(Execution(job_id, int(pid), int(attempt), type_name, float(started)))
     return rows
-
-
-def in_flight_of(pid: int, executions: list[tuple[str, int, int]], done: set[str]) -> int:
-    """Jobs whose latest logged execution ran in ``pid`` and whose completion never committed
-    from it: the jobs that process was running when it died."""
-    latest: dict[str, int] = {}
-    for job_id, exec_pid, _ in executions:
-        latest[job_id] = exec_pid
-    return sum(1 for job_id, exec_pid in latest.items() if exec_pid == pid and job_id not in done)
-
-
-async def completed_by_audit(conninfo: str) -> set[str]:
-    """Job ids with an audit row so far (their completion committed)."""
-    async with await psycopg.AsyncConnection.connect(conninfo, autocommit=True) as conn:
-        cursor = await conn.execute("SELECT job_id::text FROM chaos_audit")
-        return {row[0] for row in await cursor.fetchall()}
 
 
 async def wait_drained(conninfo: str, expected: set[str], limit: float) -> float:
@@ -143,24 +157,48 @@ async def wait_drained(conninfo: str, expected: set[str], limit: float) -> float
         await asyncio.sleep(0.25)
 
 
+async def job_details(conninfo: str, job_ids: list[str]) -> dict[str, dict[str, Any]]:
+    """What the job table says about some jobs' attempts (why a job ran again)."""
+    if not job_ids:
+        return {}
+    async with await psycopg.AsyncConnection.connect(conninfo, autocommit=True) as conn:
+        cursor = await conn.execute(
+            f"SELECT id::text, attempt, last_attempt_error, rescue_reason, rescued_from, "
+            f"extract(epoch FROM rescued_at) FROM {JOB_TABLE} WHERE id = ANY(%s::uuid[])",
+            (job_ids,),
+        )
+        return {
+            row[0]: {
+                "attempt": row[1],
+                "last_attempt_error": row[2],
+                "rescue_reason": row[3],
+                "rescued_from": row[4],
+                "rescued_at": float(row[5]) if row[5] is not None else None,
+            }
+            for row in await cursor.fetchall()
+        }
+
+
 async def audit(
     conninfo: str, figures: Figures, committed: list[str], uncertain: list[str], exec_log: Path
 ) -> None:
     """Fill ``figures`` from the database and the execution log (after the cell drained)."""
     async with await psycopg.AsyncConnection.connect(conninfo, autocommit=True) as conn:
-        cursor = await conn.execute(f"SELECT id::text, status::text, completed_at FROM {JOB_TABLE}")
-        jobs = {row[0]: (row[1], row[2]) for row in await cursor.fetchall()}
+        cursor = await conn.execute(
+            f"SELECT id::text, status::text, extract(epoch FROM created_at) FROM {JOB_TABLE}"
+        )
+        jobs = {row[0]: (row[1], float(row[2])) for row in await cursor.fetchall()}
         cursor = await conn.execute("SELECT job_id::text, extract(epoch FROM done_at), pid FROM chaos_audit")
         audit_rows = [(row[0], float(row[1]), int(row[2])) for row in await cursor.fetchall()]
         cursor = await conn.execute(
-            f"SELECT extract(epoch FROM j.created_at), extract(epoch FROM a.done_at) "
-            f"FROM {JOB_TABLE} j JOIN chaos_audit a ON a.job_id = j.id"
+            f"SELECT coalesce(rescue_reason, '-'), count(*) FROM {JOB_TABLE} "
+            "WHERE rescued_at IS NOT NULL GROUP BY 1"
         )
-        latencies = [(float(row[0]), float(row[1])) for row in await cursor.fetchall()]
+        figures.extra["rescue_reasons"] = {str(row[0]): int(row[1]) for row in await cursor.fetchall()}
     figures.started = len(committed)
     figures.uncertain = len(uncertain)
     known = set(committed)
-    not_done = [j for j in committed if jobs.get(j, ("missing", None))[0] != "completed"]
+    not_done = [j for j in committed if jobs.get(j, ("missing", 0.0))[0] != "completed"]
     not_done += [j for j, (status, _) in jobs.items() if status != "completed" and j not in known]
     figures.lost = len(not_done)
     figures.lost_ids = sorted(set(not_done))[:20]
@@ -170,9 +208,15 @@ async def audit(
     figures.double_completions = len(doubles)
     figures.double_ids = sorted(doubles)[:20]
     figures.missing_audit = sum(1 for j, (s, _) in jobs.items() if s == "completed" and j not in per_job)
-    _count_executions(figures, read_executions(exec_log))
-    _recovery(figures, audit_rows, committed)
-    _latency(figures, latencies)
+    executions = read_executions(exec_log)
+    _count_executions(figures, executions)
+    done_at: dict[str, float] = defaultdict(float)
+    for job_id, at, _ in audit_rows:
+        done_at[job_id] = max(done_at[job_id], at)
+    created = {job_id: at for job_id, (_, at) in jobs.items()}
+    _recovery(figures, done_at, audit_rows, committed)
+    _rescues(figures, executions, done_at, created)
+    _latency(figures, [(created[j], done) for j, done in done_at.items() if j in created])
 
 
 def _percentile(values: list[float], fraction: float) -> float | None:
@@ -199,24 +243,26 @@ def _latency(figures: Figures, rows: list[tuple[float, float]]) -> None:
         figures.extra[f"latency_{phase}_p95_s"] = _percentile(values, 0.95)
 
 
-def _count_executions(figures: Figures, executions: list[tuple[str, int, int]]) -> None:
+def _count_executions(figures: Figures, executions: list[Execution]) -> None:
     killed = {f.killed_pid for f in figures.faults if f.killed_pid is not None}
     previous: dict[str, int] = {}
     figures.executions = len(executions)
-    for job_id, pid, _ in executions:
-        if job_id in previous:
+    for execution in executions:
+        if execution.job_id in previous:
             figures.re_executions += 1
-            if previous[job_id] in killed:
+            if previous[execution.job_id] in killed:
                 figures.crash_re_executions += 1
             else:
                 figures.other_re_executions += 1
-        previous[job_id] = pid
+        previous[execution.job_id] = execution.pid
 
 
-def _recovery(figures: Figures, audit_rows: list[tuple[str, float, int]], committed: list[str]) -> None:
-    done_at: dict[str, float] = defaultdict(float)
-    for job_id, at, _ in audit_rows:
-        done_at[job_id] = max(done_at[job_id], at)
+def _recovery(
+    figures: Figures,
+    done_at: dict[str, float],
+    audit_rows: list[tuple[str, float, int]],
+    committed: list[str],
+) -> None:
     times = sorted(done_at.values())
     for fault in figures.faults:
         after = [t for t in times if t > fault.ended]
@@ -238,3 +284,29 @@ def _recovery(figures: Figures, audit_rows: list[tuple[str, float, int]], commit
             fault.slowest_worker_resumed_after = round(
                 max(r for r in resumed if r is not None) - fault.ended, 3
             )
+
+
+def _rescues(
+    figures: Figures, executions: list[Execution], done_at: dict[str, float], created: dict[str, float]
+) -> None:
+    """When each killed job began running again, and how much queue was still waiting then."""
+    for fault in figures.faults:
+        if not fault.in_flight_ids:
+            continue
+        by_type: dict[str, float] = {}
+        restarts: list[float] = []
+        for job_id in fault.in_flight_ids:
+            again = [e.started for e in executions if e.job_id == job_id and e.pid != fault.killed_pid]
+            if not again:
+                break  # never ran again: the assertions name it (rescued_after stays None)
+            restarts.append(min(again))
+            type_name = fault.in_flight_types.get(job_id, "?")
+            by_type[type_name] = max(by_type.get(type_name, 0.0), round(min(again) - fault.ended, 3))
+        if len(restarts) < len(fault.in_flight_ids):
+            continue
+        fault.rescue_started_by_type = by_type
+        fault.rescue_started_after = max(by_type.values())
+        moment = max(restarts)
+        fault.backlog_at_rescue = sum(
+            1 for job_id, at in created.items() if at < moment and done_at.get(job_id, float("inf")) > moment
+        )

@@ -1,40 +1,78 @@
 """The application the chaos workers run: ``python -m jobchain.cli worker chaos_app:processors``.
 
-Every execution of the handler appends one line ``job_id pid attempt`` to the file named by
-``CHAOS_EXEC_LOG`` (``O_APPEND``: lines from concurrent processes never interleave), so
-re-executions are counted even when the process dies before its transaction commits. The
-handler then works in atomic mode and, inside the attempt transaction, inserts a row into
-``chaos_audit``: that row commits together with the completion or not at all, so two rows
-for one job mean two committed completions.
+Every execution of a handler appends one line ``job_id pid attempt type started_at`` to the
+file named by ``CHAOS_EXEC_LOG`` (``O_APPEND``: lines from concurrent processes never
+interleave), so re-executions are counted, and timed, even when the process dies before its
+transaction commits. The handler then works in atomic mode and, inside the attempt
+transaction, inserts a row into ``chaos_audit``: that row commits together with the
+completion or not at all, so two rows for one job mean two committed completions.
 
-Timing knobs (environment, read at import): ``CHAOS_LEASE_SECONDS`` (lease of the type),
-``CHAOS_WORK_SECONDS`` (time spent inside the attempt transaction), ``CHAOS_RETRY_SECONDS``
-(first retry delay; it doubles up to four times that). Input ``{"fail_first": true}`` makes
-the first attempt of a job raise (the retry-storm cell).
+Two job types, one handler: ``chaos.work`` and ``chaos.long`` (the mixed-lease cell serves
+both; they differ only in their declared leases). Timing knobs (environment, read at import;
+unset means the library default): ``CHAOS_LEASE_SECONDS`` (lease of ``chaos.work``),
+``CHAOS_LONG_LEASE_SECONDS`` (lease of ``chaos.long``), ``CHAOS_RETRY_SECONDS`` (first retry
+delay; it doubles up to four times that); ``CHAOS_WORK_SECONDS`` (time spent inside the attempt
+transaction, default 0.3). Input ``{"fail_first": true}`` makes the first attempt of a job raise
+(the retry-storm cell).
+
+``CHAOS_HEARTBEAT_SECONDS`` sets the heartbeat interval of the workers this process starts:
+``jobchain worker`` has no option for it, so the app changes ``Worker``'s default (the one
+setting the CLI gives no other way to reach; only the full mixed-lease cell uses it).
 """
 
 from __future__ import annotations
 
 import asyncio
 import os
+import time
 from datetime import timedelta
 from typing import Any, Final, cast
 
 from jobchain import JobTypes, Transaction
-from jobchain.worker import Attempt, Backoff, Completed, LeaseConfig, Processors
+from jobchain.worker import Attempt, Backoff, Completed, LeaseConfig, Processors, Worker
 from jobchain_postgres._tx import PostgresStateTx
 
-LEASE: Final = float(os.environ.get("CHAOS_LEASE_SECONDS", "5"))
 WORK: Final = float(os.environ.get("CHAOS_WORK_SECONDS", "0.3"))
-RETRY: Final = float(os.environ.get("CHAOS_RETRY_SECONDS", "0.5"))
 EXEC_LOG: Final = os.environ.get("CHAOS_EXEC_LOG", os.devnull)
 TYPE_NAME: Final = "chaos.work"
+LONG_TYPE_NAME: Final = "chaos.long"
 
-job_types = JobTypes(
-    lease=LeaseConfig(duration=timedelta(seconds=LEASE), renew_every=timedelta(seconds=LEASE / 3)),
-    retry=Backoff(initial=timedelta(seconds=RETRY), maximum=timedelta(seconds=RETRY * 4)),
+
+def _seconds(variable: str) -> float | None:
+    value = os.environ.get(variable, "").strip()
+    return float(value) if value else None
+
+
+def _lease(variable: str) -> LeaseConfig | None:
+    seconds = _seconds(variable)
+    if seconds is None:
+        return None
+    return LeaseConfig(duration=timedelta(seconds=seconds), renew_every=timedelta(seconds=seconds / 3))
+
+
+def _retry() -> Backoff | None:
+    seconds = _seconds("CHAOS_RETRY_SECONDS")
+    if seconds is None:
+        return None
+    return Backoff(initial=timedelta(seconds=seconds), maximum=timedelta(seconds=seconds * 4))
+
+
+def _heartbeat() -> None:
+    seconds = _seconds("CHAOS_HEARTBEAT_SECONDS")
+    if seconds is None:
+        return
+    defaults = Worker.__init__.__kwdefaults__ or {}
+    if "heartbeat_interval" not in defaults:
+        raise RuntimeError("jobchain's Worker has no heartbeat_interval setting")
+    defaults["heartbeat_interval"] = seconds
+
+
+_heartbeat()
+job_types = JobTypes(retry=_retry())
+work = job_types.define(TYPE_NAME, input=dict, output=dict, entry=True, lease=_lease("CHAOS_LEASE_SECONDS"))
+long = job_types.define(
+    LONG_TYPE_NAME, input=dict, output=dict, entry=True, lease=_lease("CHAOS_LONG_LEASE_SECONDS")
 )
-work = job_types.define(TYPE_NAME, input=dict, output=dict, entry=True)
 processors = Processors()
 
 
@@ -42,19 +80,18 @@ class InjectedFailureError(Exception):
     """The first attempt of a ``fail_first`` job fails on purpose."""
 
 
-def log_execution(job_id: str, attempt: int) -> None:
-    """Append ``job_id pid attempt`` with one write on an O_APPEND descriptor."""
+def log_execution(job_id: str, attempt: int, type_name: str) -> None:
+    """Append ``job_id pid attempt type started_at`` with one write on an O_APPEND descriptor."""
     fd = os.open(EXEC_LOG, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
     try:
-        os.write(fd, f"{job_id} {os.getpid()} {attempt}\n".encode())
+        os.write(fd, f"{job_id} {os.getpid()} {attempt} {type_name} {time.time():.6f}\n".encode())
     finally:
         os.close(fd)
 
 
-@processors.handler(work)
 async def handle(attempt: Attempt[dict[str, Any], dict[str, Any]]) -> Completed:
     job = attempt.job
-    log_execution(job.id, job.attempt)
+    log_execution(job.id, job.attempt, job.type_name)
     await attempt.prepare("atomic")  # the transaction stays open through the work below
     await asyncio.sleep(WORK)
     if attempt.input.get("fail_first") and job.attempt <= 1:
@@ -68,3 +105,7 @@ async def handle(attempt: Attempt[dict[str, Any], dict[str, Any]]) -> Completed:
         )
 
     return await attempt.complete({"pid": os.getpid()}, callback=audit)
+
+
+processors.register(work, handle)
+processors.register(long, handle)

@@ -2,16 +2,25 @@
 
 from __future__ import annotations
 
+import os
 import shutil
 import socket
 import subprocess
 import time
 from pathlib import Path
-from typing import cast
+from typing import NoReturn, cast
 
 import psycopg
+import pytest
 
 from jobchain_postgres.testing import free_port
+
+
+def missing(reason: str) -> NoReturn:
+    """Skip for a missing server binary; fail under CI=true (CI must never pass by skipping)."""
+    if os.environ.get("CI", "").lower() == "true":
+        pytest.fail(f"{reason} (CI=true: a missing binary is a failure)", pytrace=False)
+    pytest.skip(reason)
 
 
 def conninfo(port: int, database: str) -> str:

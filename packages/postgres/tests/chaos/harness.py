@@ -9,19 +9,20 @@ client, with explicit ids so the audit knows exactly which chains it believes co
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import os
 import signal
 import subprocess
 import sys
 import time
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Final
+from typing import Any, Final
 
 import jobchain
-from jobchain import ChainStart
+from jobchain import ChainStart, JobType
 from jobchain.entities import new_id
 
 from . import chaos_app
@@ -32,21 +33,50 @@ log = logging.getLogger("jobchain.chaos")
 
 @dataclass(frozen=True, slots=True)
 class Knobs:
-    """The timing knobs of a cell: short leases and polls so a cell takes tens of seconds."""
+    """The timing settings of a cell; ``None`` leaves the library's default in place.
 
-    lease: float = 5.0
+    The compact defaults (3 s lease, 0.5 s idle poll, 0.3 s of work per job inside the attempt
+    transaction, a 0.5 s first retry, concurrency 4) make a cell take seconds, not minutes.
+    """
+
+    lease: float | None = 3.0
+    """Lease of ``chaos.work`` (library default: 60 s)."""
+    long_lease: float | None = None
+    """Lease of ``chaos.long`` (library default: 60 s)."""
     work: float = 0.3
-    retry: float = 0.5
-    poll_interval: float = 0.5
-    concurrency: int = 4
+    retry: float | None = 0.5
+    poll_interval: float | None = 0.5
+    """The worker's idle poll (CLI default: 60 s)."""
+    concurrency: int | None = 4
+    """Slots per worker (CLI default: 10)."""
+    heartbeat: float | None = None
+    """Heartbeat interval (library default: 2 s); see ``chaos_app``."""
+    types: tuple[str, ...] = (chaos_app.TYPE_NAME,)
+    """The job types the producer starts, in turn."""
 
     def env(self, exec_log: Path) -> dict[str, str]:
+        """The chaos app's environment (an empty value means the library default)."""
         return {
-            "CHAOS_LEASE_SECONDS": str(self.lease),
+            "CHAOS_LEASE_SECONDS": _opt(self.lease),
+            "CHAOS_LONG_LEASE_SECONDS": _opt(self.long_lease),
             "CHAOS_WORK_SECONDS": str(self.work),
-            "CHAOS_RETRY_SECONDS": str(self.retry),
+            "CHAOS_RETRY_SECONDS": _opt(self.retry),
+            "CHAOS_HEARTBEAT_SECONDS": _opt(self.heartbeat),
             "CHAOS_EXEC_LOG": str(exec_log),
         }
+
+    def cli_options(self) -> list[str]:
+        """``jobchain worker`` options for the knobs that are set."""
+        options: list[str] = []
+        if self.concurrency is not None:
+            options += ["--concurrency", str(self.concurrency)]
+        if self.poll_interval is not None:
+            options += ["--poll-interval", str(self.poll_interval)]
+        return options
+
+
+def _opt(value: float | None) -> str:
+    return "" if value is None else str(value)
 
 
 class WorkerProcess:
@@ -67,8 +97,8 @@ class WorkerProcess:
         assert self.process is not None, "not started"
         return self.process.pid
 
-    def start(self) -> None:
-        """Start the process (again) and return once it logs that it is processing."""
+    def launch(self) -> None:
+        """Start the process (again); :meth:`wait_ready` waits until it processes."""
         assert self.process is None or self.process.poll() is not None, "already running"
         self.generation += 1
         env = {
@@ -77,23 +107,10 @@ class WorkerProcess:
             "PYTHONPATH": os.pathsep.join([str(APP_DIR), os.environ.get("PYTHONPATH", "")]),
         }
         command = [
-            sys.executable,
-            "-m",
-            "jobchain.cli",
-            "worker",
-            "chaos_app:processors",
-            "--state",
-            self.state,
-            "--notify",
-            self.notify,
-            "--concurrency",
-            str(self.knobs.concurrency),
-            "--poll-interval",
-            str(self.knobs.poll_interval),
-            "--name",
-            f"chaos-{self.index}",
-            "--loop",
-            "asyncio",
+            *(sys.executable, "-m", "jobchain.cli", "worker", "chaos_app:processors"),
+            *("--state", self.state, "--notify", self.notify, "--name", f"chaos-{self.index}"),
+            *("--loop", "asyncio"),
+            *self.knobs.cli_options(),
         ]
         with self.log_file.open("ab") as out:
             out.write(f"--- start #{self.generation}\n".encode())
@@ -101,20 +118,24 @@ class WorkerProcess:
             self.process = subprocess.Popen(
                 command, cwd=self.workdir, env=env, stdout=out, stderr=subprocess.STDOUT
             )
-        self._wait_ready()
 
-    def _wait_ready(self, timeout: float = 60.0) -> None:
+    def wait_ready(self, timeout: float = 60.0) -> None:
+        """Return once the current process logs that it is processing its job types."""
         marker = f"--- start #{self.generation}\n"
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             text = self.log_file.read_text(errors="replace")
-            tail = text[text.rfind(marker) :]
-            if f"processing {chaos_app.TYPE_NAME}" in tail:
+            if " processing " in text[text.rfind(marker) :]:
                 return
             if self.process is not None and self.process.poll() is not None:
                 break
             time.sleep(0.05)
         raise AssertionError(f"worker {self.index} did not start; its log:\n{self.tail()}")
+
+    def start(self) -> None:
+        """Launch and wait until ready."""
+        self.launch()
+        self.wait_ready()
 
     def kill(self) -> int:
         """SIGKILL: the process dies mid-job with no chance to release anything. Returns its pid."""
@@ -144,16 +165,17 @@ class WorkerProcess:
 
 @dataclass
 class Producer:
-    """Starts ``rate`` chains per second, in batches every ``tick`` seconds, for ``duration``.
+    """Starts ``rate`` chains per second, in batches every ``tick`` seconds, until stopped.
 
-    A batch whose transaction fails is counted and dropped (its chains never existed unless
-    the commit itself was cut: those ids go to ``uncertain`` and the audit accepts either).
+    The job types of ``types`` take turns. A batch whose transaction fails is counted and
+    dropped (its chains never existed unless the commit itself was cut: those ids go to
+    ``uncertain`` and the audit accepts either).
     """
 
     state: str
     notify: str
     rate: float
-    duration: float
+    types: Sequence[str] = (chaos_app.TYPE_NAME,)
     tick: float = 0.1
     input: Mapping[str, object] = field(default_factory=dict)
     committed: list[str] = field(default_factory=list)
@@ -161,22 +183,26 @@ class Producer:
     failed_batches: int = 0
     started_at: float = 0.0
     ended_at: float = 0.0
+    stop: asyncio.Event = field(default_factory=asyncio.Event)
 
     async def run(self) -> None:
         self.started_at = time.time()
         client = await self._connect()
+        job_types: list[JobType[Any, Any]] = [client.job_types.get(name) for name in self.types]
+        turn = 0
         try:
             owed = 0.0
-            deadline = time.monotonic() + self.duration
             next_tick = time.monotonic()
-            while time.monotonic() < deadline:
+            while not self.stop.is_set():
                 owed += self.rate * self.tick
                 count = int(owed)
                 owed -= count
                 if count:
-                    await self._batch(client, count)
+                    await self._batch(client, [job_types[(turn + i) % len(job_types)] for i in range(count)])
+                    turn += count
                 next_tick += self.tick
-                await asyncio.sleep(max(0.0, next_tick - time.monotonic()))
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(self.stop.wait(), max(0.0, next_tick - time.monotonic()))
         finally:
             self.ended_at = time.time()
             await client.close()
@@ -184,9 +210,12 @@ class Producer:
     async def _connect(self) -> jobchain.Client:
         return await jobchain.connect(self.state, notify=self.notify, job_types=chaos_app.job_types)
 
-    async def _batch(self, client: jobchain.Client, count: int) -> None:
-        ids = [new_id() for _ in range(count)]
-        starts = [ChainStart(job_type=chaos_app.work, input=dict(self.input), id=job_id) for job_id in ids]
+    async def _batch(self, client: jobchain.Client, types: list[JobType[Any, Any]]) -> None:
+        ids = [new_id() for _ in types]
+        starts = [
+            ChainStart(job_type=job_type, input=dict(self.input), id=job_id)
+            for job_type, job_id in zip(types, ids, strict=True)
+        ]
         try:
             async with asyncio.timeout(10):
                 async with client.transaction() as tx:
