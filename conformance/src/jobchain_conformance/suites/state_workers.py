@@ -305,6 +305,21 @@ class WorkerPruneTests:
         await heartbeat(state_adapter, beat(B, now=at, prune_after=timedelta(minutes=10)))
         assert sorted(ids_of(await workers(state_adapter, now=at))) == [A, B]
 
+    async def test_a_worker_this_heartbeat_marks_dead_is_pruned_by_a_later_one(
+        self, state_adapter: StateAdapter, now: datetime
+    ) -> None:
+        # Its jobs are released and it lists as dead until the next heartbeat deletes it.
+        await heartbeat(state_adapter, beat(A, now=now))
+        job = await acquire_job(state_adapter, await start(state_adapter, now=now), now=now, worker_id=A)
+        prune_after = timedelta(minutes=10)
+        at = now + ALIVE + prune_after + timedelta(seconds=5)
+        result = await heartbeat(state_adapter, beat(B, now=at, release_dead=True, prune_after=prune_after))
+        assert (result.dead_worker_ids, [released.id for released in result.released_jobs]) == ([A], [job.id])
+        assert await state_of(state_adapter, A, now=at) is WorkerState.DEAD
+        later = at + timedelta(seconds=1)
+        await heartbeat(state_adapter, beat(B, now=later, release_dead=True, prune_after=prune_after))
+        assert ids_of(await workers(state_adapter, now=later)) == [B]
+
 
 class NextLeaseExpiryTests:
     """WorkerHeartbeatResult.next_lease_expiry: when a reap is next worth running."""

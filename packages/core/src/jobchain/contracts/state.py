@@ -322,7 +322,8 @@ class WorkerHeartbeat:
     Rows locked by another transaction are skipped (their lease expiry still rescues them).
     Late writes from the presumed-dead worker are fenced as after any lost lease.
 
-    Rows whose ``alive_until`` is older than ``now - prune_after`` are deleted.
+    Rows whose ``alive_until`` is older than ``now - prune_after`` are deleted, except rows
+    this call marks dead: they list as ``dead`` until a later heartbeat deletes them.
     """
 
     worker_id: str

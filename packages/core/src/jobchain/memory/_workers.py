@@ -100,7 +100,7 @@ def worker_heartbeat(ctx: Ctx, params: WorkerHeartbeat, now: datetime) -> Worker
     if params.release_dead:
         dead_ids = _mark_dead(ctx, params.worker_id, now)
         released = _release_jobs(ctx, dead_ids, now)
-    _prune(ctx, params.worker_id, now - params.prune_after)
+    _prune(ctx, {params.worker_id, *dead_ids}, now - params.prune_after)
     expiry = ctx.view.earliest_lease(params.type_names, params.worker_id)
     return WorkerHeartbeatResult(
         was_dead=own is not None and own.state is WorkerState.DEAD,
@@ -110,18 +110,18 @@ def worker_heartbeat(ctx: Ctx, params: WorkerHeartbeat, now: datetime) -> Worker
     )
 
 
-def _writable(table: WorkerTable, tx: TxState, caller: str) -> list[WorkerInfo]:
-    """Other workers' rows this transaction may change now (rows held elsewhere are skipped)."""
+def _writable(table: WorkerTable, tx: TxState, excluded: set[str]) -> list[WorkerInfo]:
+    """Rows this transaction may change now, but ``excluded`` (rows held elsewhere are skipped)."""
     return [
         row
         for worker_id, row in table.rows.items()
-        if worker_id != caller and not table.locked_elsewhere(tx, worker_id)
+        if worker_id not in excluded and not table.locked_elsewhere(tx, worker_id)
     ]
 
 
 def _mark_dead(ctx: Ctx, caller: str, now: datetime) -> list[str]:
     table = ctx.store.workers
-    dying = [row for row in _writable(table, ctx.tx, caller) if lapsed(row, now)]
+    dying = [row for row in _writable(table, ctx.tx, {caller}) if lapsed(row, now)]
     for row in dying:  # after the walk: the table is being iterated above
         table.try_lock(ctx.tx, row.id)  # free: _writable skipped rows held elsewhere
         table.put(ctx.tx, row.id, replace(row, state=WorkerState.DEAD))
@@ -140,9 +140,11 @@ def _release_jobs(ctx: Ctx, worker_ids: list[str], now: datetime) -> list[Job]:
     return released
 
 
-def _prune(ctx: Ctx, caller: str, cutoff: datetime) -> None:
+def _prune(ctx: Ctx, kept: set[str], cutoff: datetime) -> None:
+    """Delete rows lapsed before ``cutoff``, except ``kept``: the caller, and the workers this
+    heartbeat just marked dead (a later one deletes them; they list as dead until then)."""
     table = ctx.store.workers
-    for row in [row for row in _writable(table, ctx.tx, caller) if row.alive_until < cutoff]:
+    for row in [row for row in _writable(table, ctx.tx, kept) if row.alive_until < cutoff]:
         table.try_lock(ctx.tx, row.id)
         table.put(ctx.tx, row.id, None)
 
