@@ -36,8 +36,13 @@ lint: $(STAMP)
 typecheck: $(STAMP)
 	$(BIN)/mypy packages/core/src conformance/src packages/redis/src packages/nats/src packages/sqlite/src packages/postgres/src packages/spark/src
 
+# The full chaos suite (the compact one runs in `make test`); the failure-mode table goes to
+# bench/results/chaos-<date>.{json,md} and docs/benchmarks.md, written even when a cell fails.
+CHAOS_RESULTS ?= bench/results/chaos-$(shell date -u +%F).json
 chaos: $(STAMP)
-	JOBCHAIN_CHAOS=1 $(BIN)/python -m pytest packages/postgres/tests/chaos -q -p no:randomly
+	JOBCHAIN_CHAOS=1 JOBCHAIN_CHAOS_FULL=1 JOBCHAIN_CHAOS_RESULTS=$(CHAOS_RESULTS) \
+		$(BIN)/python -m pytest packages/postgres/tests/chaos -q -p no:randomly; \
+	status=$$?; $(BIN)/python bench/chaos_report.py $(CHAOS_RESULTS) || exit 1; exit $$status
 
 bench: $(STAMP)
 	$(BIN)/python bench/run.py

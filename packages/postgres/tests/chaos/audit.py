@@ -75,6 +75,8 @@ class Figures:
 
     cell: str
     mode: str
+    what: str = ""
+    """The fault, in a few words (the report's second column)."""
     started: int = 0
     uncertain: int = 0
     completed: int = 0

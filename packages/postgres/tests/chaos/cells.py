@@ -50,6 +50,8 @@ class CellPlan:
     """How a cell runs: workers, load, the injected timing settings, and what follows from them."""
 
     name: str
+    what: str
+    """The fault, in a few words (for the failure-mode table)."""
     workers: int = 2
     rate: float = 10.0
     """Chains started per second, from before the first fault until ``tail`` after the last."""
@@ -95,17 +97,13 @@ class CellPlan:
         return lease or DEFAULT_LEASE_SECONDS
 
     def crash_release(self, type_name: str) -> float:
-        """Seconds after a SIGKILL by which the contract returns a killed job to pending: its
-        lease expires (the timer reaper), or a peer's heartbeat finds the worker dead (silent
-        for ``interval * missed``, noticed at the peer's next beat), whichever comes first."""
-        dead = self.heartbeat * DEFAULT_MISSED_HEARTBEATS + self.heartbeat
-        return min(self.lease_of(type_name), dead)
-
-    @property
-    def earliest_death(self) -> float:
-        """Seconds after a SIGKILL before which no heartbeat can find the worker dead (its last
-        beat may have come just before the kill)."""
-        return self.heartbeat * (DEFAULT_MISSED_HEARTBEATS - 1)
+        """Seconds after a SIGKILL by which the worker returns a killed job to pending: its
+        lease expires, or a peer's heartbeat finds the worker dead (silent for ``interval *
+        missed``), whichever comes first, plus one heartbeat interval: a peer notices a death
+        at its next beat, and its reaper learns when a lease expires from its heartbeats (the
+        earliest foreign lease per beat, so one behind live workers' earlier leases waits for
+        the beat after it)."""
+        return min(self.lease_of(type_name), self.heartbeat * DEFAULT_MISSED_HEARTBEATS) + self.heartbeat
 
     def rescue_bound(self, type_name: str) -> float:
         """Seconds after a kill by which a killed job of ``type_name`` must run again."""
@@ -155,7 +153,7 @@ class CellRun:
         self.notify = plan.notify or self.state
         self.conninfo = conninfo(server.port, self.database)
         self.exec_log = workdir / "executions.log"
-        self.figures = Figures(cell=plan.name, mode=MODE, settings=plan.settings())
+        self.figures = Figures(cell=plan.name, mode=MODE, what=plan.what, settings=plan.settings())
         self.workers = [
             WorkerProcess(i, state=self.state, notify=self.notify, knobs=plan.knobs, workdir=workdir)
             for i in range(plan.workers)

@@ -17,9 +17,11 @@ from __future__ import annotations
 
 import json
 import os
+import platform
 import subprocess
 import sys
 import tempfile
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -81,12 +83,31 @@ def chaos_server() -> Iterator[PrivateServer]:
         assert done.returncode == 0, f"jobchain migrate failed: {done.stdout}{done.stderr}"
         with psycopg.connect(conninfo(server.port, TEMPLATE), autocommit=True) as conn:
             conn.execute(AUDIT_TABLE)
+            row = conn.execute("SELECT version()").fetchone()
+            META["postgresql"] = str(row[0]) if row else "?"
         yield server
 
 
 RESULTS: dict[str, dict[str, Any]] = {}
 """Figures per cell, in this process (an xdist worker runs the whole chaos group)."""
 OUTCOMES: dict[str, str] = {}
+META: dict[str, Any] = {}
+"""The run: when, where, on which commit, how busy the machine was."""
+
+
+def pytest_sessionstart(session: pytest.Session) -> None:
+    command = ["git", "rev-parse", "--short", "HEAD"]
+    commit = subprocess.run(command, capture_output=True, text=True, check=False)
+    META.update(
+        {
+            "date": time.strftime("%Y-%m-%d", time.gmtime()),
+            "began": time.time(),
+            "commit": commit.stdout.strip() or "?",
+            "machine": f"{os.cpu_count()} cores, {platform.platform()}",
+            "python": platform.python_version(),
+            "load_before": [round(v, 2) for v in os.getloadavg()],
+        }
+    )
 
 
 @pytest.fixture
@@ -121,9 +142,12 @@ def _results() -> list[dict[str, Any]]:
 def pytest_sessionfinish(session: pytest.Session) -> None:
     """Write the figures (here, not in the terminal summary: under xdist only a worker has them)."""
     if RESULTS:
+        META["load_after"] = [round(v, 2) for v in os.getloadavg()]
+        META["wall_seconds"] = round(time.time() - META["began"], 1)
         path = results_path()
         path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(json.dumps({"mode": MODE, "cells": _results()}, indent=2, default=str))
+        data = {"mode": MODE, "meta": META, "cells": _results()}
+        path.write_text(json.dumps(data, indent=2, default=str))
 
 
 def _fmt(value: object) -> str:

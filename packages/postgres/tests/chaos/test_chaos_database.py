@@ -27,7 +27,8 @@ async def test_terminated_backends_lose_nothing(
     chaos_server: PrivateServer, tmp_path: Path, record_figures: list[Figures]
 ) -> None:
     rounds, every = (40, 0.5) if FULL else (4, 1.5)
-    plan = CellPlan(name="terminate-backends")
+    what = f"pg_terminate_backend on every worker connection, {rounds}x every {every} s"
+    plan = CellPlan(name="terminate-backends", what=what)
 
     async def schedule(run: CellRun) -> None:
         terminated = 0
@@ -59,7 +60,11 @@ async def test_server_restarts_lose_nothing(
 ) -> None:
     """``fast`` disconnects clients cleanly; ``immediate`` is a crash (recovery on start)."""
     restarts, outage, every = (4, 10.0, 15.0) if FULL else (1, 2.0, 3.0)
-    plan = CellPlan(name=f"restart-{mode}", tail=every)
+    plan = CellPlan(
+        name=f"restart-{mode}",
+        what=f"server stopped ({mode}) for {outage:.0f} s and started, {restarts}x",
+        tail=every,
+    )
 
     async def schedule(run: CellRun) -> None:
         for index in range(restarts):
@@ -90,7 +95,10 @@ async def test_held_connections_lose_nothing(
     into a server with (almost) no free slots."""
     holds, hold_for, every = (3, 30.0, 10.0) if FULL else (1, 4.0, 3.0)
     name = "terminate-then-hold" if terminate else "hold-connections"
-    plan = CellPlan(name=name, tail=every)
+    cut = "workers' connections terminated, then " if terminate else ""
+    plan = CellPlan(
+        name=name, what=f"{cut}all but 2 connection slots held for {hold_for:.0f} s, {holds}x", tail=every
+    )
 
     async def schedule(run: CellRun) -> None:
         hog = ConnectionHog(chaos_server.port, leave_free=2)

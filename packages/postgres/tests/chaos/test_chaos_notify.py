@@ -37,6 +37,7 @@ async def test_notify_broker_outages_lose_nothing(
     outages, outage, every = (4, 15.0, 10.0) if FULL else (1, 3.0, 3.0)
     plan = CellPlan(
         name=f"{broker.kind}-away",
+        what=f"notify broker ({broker.kind}) SIGKILLed for {outage:.0f} s and restarted, {outages}x",
         notify=broker.url,
         tail=every,
         # Polls far apart: latency after the outage shows whether wake-ups came back.

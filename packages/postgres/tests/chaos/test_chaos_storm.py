@@ -50,6 +50,7 @@ async def test_a_retry_storm_loses_nothing_and_its_bloat_is_measured(
     rate, duration = (100.0, 120.0) if FULL else (40.0, 5.0)
     plan = CellPlan(
         name="retry-storm",
+        what=f"every job fails its first attempt, {rate:.0f} chains/s for {duration:.0f} s",
         rate=rate,
         tail=0.0,
         knobs=Knobs(work=0.02, concurrency=8),

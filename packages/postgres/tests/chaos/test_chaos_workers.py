@@ -3,8 +3,9 @@ settings, under a saturating load, and in a worker serving types with different 
 
 A killed worker's jobs return to pending when their lease expires (the timer reaper of a live
 worker) or when a live worker's heartbeat finds the killed one silent for ``interval *
-missed`` (2 s * 3 by default), whichever comes first; ``CellPlan.rescue_bound`` is that
-moment plus ``RESCUE_SLACK`` (or a quarter of it), per job type.
+missed`` (2 s * 3 by default), whichever comes first, plus up to one heartbeat interval
+(``CellPlan.crash_release``); ``CellPlan.rescue_bound`` is that moment plus ``RESCUE_SLACK``
+(or a quarter of it), per job type.
 """
 
 from __future__ import annotations
@@ -29,7 +30,8 @@ KILLS, EVERY = (10, 6.0) if FULL else (2, 2.5)
 async def test_sigkilled_workers_lose_nothing_and_rerun_only_their_in_flight_jobs(
     chaos_server: PrivateServer, tmp_path: Path, record_figures: list[Figures]
 ) -> None:
-    plan = CellPlan(name="sigkill-workers", workers=3)
+    what = f"SIGKILL a busy worker, {KILLS}x every {EVERY} s"
+    plan = CellPlan(name="sigkill-workers", what=what, workers=3)
 
     async def schedule(run: CellRun) -> None:
         for kill in range(KILLS):
@@ -54,8 +56,9 @@ async def test_a_sigkilled_workers_jobs_run_again_within_ten_seconds_with_defaul
     """No lease, poll, concurrency, retry or heartbeat setting: the library's defaults (60 s
     lease, 60 s idle poll, 2 s heartbeat), as a new user runs them."""
     knobs = Knobs(lease=None, poll_interval=None, concurrency=None, retry=None, heartbeat=None)
-    plan = CellPlan(name="sigkill-defaults", knobs=knobs, drain_timeout=240)
     kills = 3 if FULL else 1
+    what = f"SIGKILL a busy worker running with default settings, {kills}x"
+    plan = CellPlan(name="sigkill-defaults", what=what, knobs=knobs, drain_timeout=240)
 
     async def schedule(run: CellRun) -> None:
         for kill in range(kills):
@@ -76,9 +79,10 @@ async def test_a_sigkill_under_a_saturating_load_is_rescued_while_the_backlog_la
     """More chains per second than the workers finish, so claims never come back empty (issue
     16 finding 1: the reaper then never ran). The producer keeps going until the killed jobs
     have run again, so a rescue that waits for the queue to drain never comes."""
-    plan = CellPlan(name="sigkill-saturated", rate=40.0, lead=2.0, drain_timeout=240)
-    assert plan.rate > plan.capacity
     kills = 3 if FULL else 1
+    what = f"SIGKILL a busy worker under more load than the workers finish, {kills}x"
+    plan = CellPlan(name="sigkill-saturated", what=what, rate=40.0, lead=2.0, drain_timeout=240)
+    assert plan.rate > plan.capacity
 
     async def schedule(run: CellRun) -> None:
         for kill in range(kills):
@@ -101,9 +105,9 @@ SHORT_LEASE, LONG_LEASE = (12.0, None) if FULL else (2.0, 12.0)
 """Leases of the mixed-lease cell: ``chaos.work`` declares a short one (12 s, as in issue 16
 finding 8; 2 s compact); ``chaos.long`` the library default (60 s; 12 s compact)."""
 MIXED_HEARTBEAT = 10.0 if FULL else None
-"""Heartbeats far apart (found dead after 30 s) in the full cell, so the short type's rescue
-comes from its lease and the timer reaper, not from the worker's death; compact keeps the
-default (dead after 4-8 s), twice the short lease plus its slack."""
+"""Heartbeats far apart in the full cell (a worker is found dead 20-40 s after its death), so
+the 12 s type's rescue comes from its lease and the timer reaper, not from the worker's death;
+compact keeps the default (found dead after 4-8 s; the 2 s lease expires first)."""
 
 
 async def test_a_worker_serving_two_leases_has_the_short_lease_jobs_rescued_after_their_own_lease(
@@ -119,11 +123,12 @@ async def test_a_worker_serving_two_leases_has_the_short_lease_jobs_rescued_afte
         heartbeat=MIXED_HEARTBEAT,
         types=(chaos_app.TYPE_NAME, chaos_app.LONG_TYPE_NAME),
     )
-    plan = CellPlan(name="mixed-leases", rate=4.0, knobs=knobs, drain_timeout=240)
+    what = f"SIGKILL a worker serving a {SHORT_LEASE:.0f} s-lease type and a longer-lease type"
+    plan = CellPlan(name="mixed-leases", what=what, rate=4.0, knobs=knobs, drain_timeout=240)
     short, long = chaos_app.TYPE_NAME, chaos_app.LONG_TYPE_NAME
-    # The cell tells the short lease's rescue from the long lease's, and from the heartbeat's,
-    # only if its bound comes before either could rescue anything.
-    assert plan.rescue_bound(short) <= min(plan.lease_of(long), plan.earliest_death)
+    # The cell tells a rescue after the short lease from one after the longest only if the
+    # short type's bound comes before the long lease ends.
+    assert plan.rescue_bound(short) < plan.lease_of(long)
 
     async def schedule(run: CellRun) -> None:
         fault = await run.kill_worker(0, types=(short, long))
