@@ -299,7 +299,10 @@ class TestPrune:
         )
         assert result.dead_worker_ids == ["gone"]
         assert [j.id for j in result.released_jobs] == [job.id]
-        assert [row.id for row in await workers(adapter, at(3600))] == ["rescuer"]
+        # The heartbeat that marked it dead keeps its row (it lists as dead); the next prunes it.
+        assert [row.id for row in await workers(adapter, at(3600))] == ["rescuer", "gone"]
+        await heartbeat(adapter, "rescuer", at(3601), release_dead=True, prune_after=timedelta(seconds=60))
+        assert [row.id for row in await workers(adapter, at(3601))] == ["rescuer"]
 
 
 class TestNextLeaseExpiry:

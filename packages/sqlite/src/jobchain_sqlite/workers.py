@@ -56,7 +56,10 @@ async def worker_heartbeat(ctx: TxContext, params: WorkerHeartbeat) -> WorkerHea
             "alive_until": fmt_time(now + params.alive_for),
         },
     )
-    await ctx.fetch(ctx.q.workers_prune, {"prune_before": fmt_time(now - params.prune_after)})
+    await ctx.fetch(
+        ctx.q.workers_prune,
+        {"prune_before": fmt_time(now - params.prune_after), "dead_ids": json_list(dead_ids)},
+    )
     next_lease_at = lookup["next_lease_at"]
     return WorkerHeartbeatResult(
         was_dead=lookup["previous_state"] == WorkerState.DEAD.value,
