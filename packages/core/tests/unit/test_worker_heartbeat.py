@@ -19,7 +19,7 @@ import pytest
 
 from jobchain import Client, JobStatus, JobTypes, WorkerInfo, WorkerState
 from jobchain.contracts import Event, JobsAcquire, WorkerHeartbeat
-from jobchain.errors import InvalidArgumentError, TransientStateError
+from jobchain.errors import InvalidArgumentError, SchemaNotMigratedError, TransientStateError
 from jobchain.memory.notify import MemoryNotifyAdapter
 from jobchain.memory.state import MemoryStateAdapter
 from jobchain.worker import Attempt, Backoff, Completed, Processors, Worker
@@ -255,9 +255,13 @@ def _heartbeat(client: Client, clock: ManualClock, **options: Any) -> Heartbeat:
         inflight=lambda: 0,
         on_beat=options.pop("on_beat", lambda result, recovered: None),
         on_fatal=lambda error: None,
-        emit=lambda name, attributes: None,
+        emit=_quiet,
         clock=clock,
     )
+
+
+def _quiet(name: str, attributes: dict[str, Any], /, *, log_line: bool = True) -> None:
+    """An event sink that drops everything."""
 
 
 async def test_release_dead_only_after_alive_for_of_continuous_success() -> None:
@@ -345,7 +349,8 @@ async def test_a_worker_presumed_dead_warns_and_keeps_going(caplog: pytest.LogCa
 async def test_a_heartbeat_after_an_outage_wakes_the_loop_at_once(caplog: pytest.LogCaptureFixture) -> None:
     caplog.set_level(logging.INFO, logger="jobchain.worker")
     state = FlakyState()
-    client = Client(state, None, types)
+    recorder = Recorder()
+    client = Client(state, None, types, observers=[recorder])
     job_id = await start(client, 5)
     state.down = True
     # After a failure the loop would sleep an hour and poll once an hour: only the heartbeat
@@ -359,7 +364,12 @@ async def test_a_heartbeat_after_an_outage_wakes_the_loop_at_once(caplog: pytest
         recovery=Backoff(initial=hour, maximum=hour),
     )
     async with worker:
-        await wait_until(_logged(caplog, "heartbeat failed"), "the heartbeat to fail")
+
+        async def failed_twice() -> bool:
+            beats = [e for e in recorder.named("worker_error") if e.get("operation") == "worker_heartbeat"]
+            return len(beats) >= 2
+
+        await wait_until(failed_twice, "the heartbeat to fail twice")
         await wait_until(_logged(caplog, "loop failed"), "the loop to fail and back off")
         state.down = False
         chain = await client.await_chain(job_id, timeout=BOUND, poll_interval=0.05)
@@ -370,6 +380,10 @@ async def test_a_heartbeat_after_an_outage_wakes_the_loop_at_once(caplog: pytest
     assert sum("heartbeat failed" in m for m in messages) == 1
     assert sum("heartbeat works again" in m for m in messages) == 1
     assert sum(f"worker {worker.worker_id} loop failed" in m for m in messages) == 1
+    assert not any(m.startswith("worker_error") for m in messages)  # no line per failed try
+    # Observers still see every failure.
+    failed_beats = [e for e in recorder.named("worker_error") if e.get("operation") == "worker_heartbeat"]
+    assert len(failed_beats) >= 2
 
 
 def _logged(caplog: pytest.LogCaptureFixture, text: str) -> Callable[[], Awaitable[bool]]:
@@ -410,6 +424,29 @@ async def test_a_job_whose_worker_dies_in_an_outage_waits_for_a_full_alive_for()
     result = await survivor.beat()
     assert result is not None
     assert [job.id for job in result.released_jobs] == [job_id]
+
+
+async def test_a_registry_table_that_is_missing_stops_the_worker() -> None:
+    class Unmigrated(MemoryStateAdapter):
+        def transaction(self, *, read_only: bool = False, connection: object | None = None) -> Any:
+            return self._without_registry(super().transaction(read_only=read_only, connection=connection))
+
+        @asynccontextmanager
+        async def _without_registry(self, opened: Any) -> AsyncIterator[Any]:
+            async with opened as tx:
+
+                async def missing(params: WorkerHeartbeat) -> Any:
+                    raise SchemaNotMigratedError("injected: the worker table is missing")
+
+                tx.worker_heartbeat = missing
+                yield tx
+
+    client = Client(Unmigrated(), None, types)
+    worker = Worker(client, processors(), poll_interval=3600)
+    await worker.start()
+    with pytest.raises(SchemaNotMigratedError):
+        await asyncio.wait_for(worker.wait(), BOUND)
+    await worker.stop()
 
 
 # ---------------------------------------------------------------- list_workers

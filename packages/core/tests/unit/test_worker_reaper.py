@@ -109,7 +109,7 @@ def reaper_for(client: Client, **options: Any) -> Reaper:
         "me-1",
         exclude=options.pop("exclude", list),
         on_reaped=lambda: None,
-        emit=options.pop("emit", lambda name, attributes: None),
+        emit=options.pop("emit", lambda name, attributes, **_: None),
         safety_interval=options.pop("safety_interval", 60.0),
         recovery=Backoff(initial=timedelta(seconds=1), maximum=timedelta(seconds=1)),
         **options,
@@ -212,7 +212,9 @@ async def test_a_reap_repeats_while_full_batches_come_back() -> None:
         await client.start_chains(tx, [ChainStart(job_type=work, input=n) for n in range(5)])
     await ghost_claims(state, 5, timedelta(microseconds=1))
     recorder: list[tuple[str, dict[str, Any]]] = []
-    reaper = reaper_for(client, batch=2, emit=lambda name, attributes: recorder.append((name, attributes)))
+    reaper = reaper_for(
+        client, batch=2, emit=lambda name, attributes, **_: recorder.append((name, attributes))
+    )
 
     reaped = await reaper.reap()
 

@@ -207,7 +207,9 @@ class Heartbeat:
             except Exception as error:
                 self._healthy_since = None
                 self._streak.failed(error, "the worker keeps running and retries")
-                self._emit("worker_error", {"error": repr(error), "operation": "worker_heartbeat"})
+                self._emit(
+                    "worker_error", {"error": repr(error), "operation": "worker_heartbeat"}, log_line=False
+                )
                 return None
             recovered = self._streak.succeeded()
             if self._healthy_since is None:

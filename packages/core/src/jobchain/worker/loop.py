@@ -311,7 +311,7 @@ class Worker:
             except SchemaNotMigratedError as error:
                 # No retry creates the tables: stop instead of backing off forever.
                 log.error("worker %s stops: %s", self.worker_id, error)
-                self._emit("worker_error", {"error": repr(error), "fatal": True})
+                self._emit("worker_error", {"error": repr(error), "fatal": True}, log_line=False)
                 raise
             except Exception as error:
                 # The database or broker failed: back off and try again, never die. A heartbeat
@@ -319,7 +319,7 @@ class Worker:
                 self._backoff_step += 1
                 delay = self._recovery.delay(self._backoff_step).total_seconds()
                 self._loop_streak.failed(error, f"retrying in {delay:.1f} s or when a heartbeat gets through")
-                self._emit("worker_error", {"error": repr(error)})
+                self._emit("worker_error", {"error": repr(error)}, log_line=False)
                 await self._sleep_or_wake(delay)
 
     async def _cycle(self) -> None:
@@ -405,8 +405,9 @@ class Worker:
             | attributes,
         )
 
-    def _emit(self, name: str, attributes: dict[str, Any]) -> None:
-        self._events.log(name, attributes)
+    def _emit(self, name: str, attributes: dict[str, Any], /, *, log_line: bool = True) -> None:
+        if log_line:
+            self._events.log(name, attributes)
         if not self.client.observers:
             return
         event = Event(name=name, attributes={"worker.id": self.worker_id} | attributes)

@@ -125,7 +125,9 @@ class Reaper:
                 return  # the loop stops the worker on the same error
             except Exception as error:
                 failures = self._streak.failed(error, "expired leases wait for the next try")
-                self._emit("worker_error", {"error": repr(error), "operation": "jobs_reap_expired"})
+                self._emit(
+                    "worker_error", {"error": repr(error), "operation": "jobs_reap_expired"}, log_line=False
+                )
                 self._safety_due = self._now() + self._recovery.delay(failures).total_seconds()
                 continue
             self._streak.succeeded()

@@ -8,8 +8,8 @@ dead workers). The job is ``pending`` again, with ``rescued_at``, ``rescued_from
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
-from typing import Any
+from collections.abc import Sequence
+from typing import Any, Protocol
 
 from jobchain.entities import Job
 from jobchain.transactions import TransactionHooks
@@ -17,7 +17,15 @@ from jobchain.transactions import TransactionHooks
 MAX_IDS_PER_LINE = 10
 """Job ids a rescue log line names before it says how many more there were."""
 
-Emit = Callable[[str, dict[str, Any]], None]
+
+class Emit(Protocol):
+    """Hands a worker event to the observers and, unless ``log_line=False``, to the event log.
+
+    ``log_line=False`` is for failures a :class:`~jobchain.worker.outage.FailureStreak` already
+    logs once per streak: observers still get every event, the log is not flooded.
+    """
+
+    def __call__(self, name: str, attributes: dict[str, Any], /, *, log_line: bool = True) -> None: ...
 
 
 def publish_rescued(hooks: TransactionHooks, jobs: Sequence[Job]) -> None:

@@ -13,6 +13,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from jobchain.worker.backoff import Backoff
+from jobchain.worker.outage import FailureStreak
 from jobchain.worker.rescues import Emit
 
 if TYPE_CHECKING:
@@ -44,7 +45,7 @@ class WakeUps:
         self._recovery = recovery
         self._emit = emit
         self._unsubscribe: Unsubscribe | None = None
-        self._failures = 0
+        self._streak = FailureStreak(log, f"worker {worker_id} subscription to wake-ups")
         self._retry_at = 0.0
         self._hint_checks: set[asyncio.Task[None]] = set()
 
@@ -58,18 +59,14 @@ class WakeUps:
         try:
             await self._listen()
         except Exception as error:
-            self._failures += 1
-            delay = self._recovery.delay(self._failures).total_seconds()
+            delay = self._recovery.delay(self._streak.failures + 1).total_seconds()
             self._retry_at = loop.time() + delay
-            log.warning(
-                "worker %s cannot subscribe to wake-ups (%s); polling, next try in %.1f s",
-                self._worker_id,
-                error,
-                delay,
+            self._streak.failed(error, f"polling meanwhile, next try in {delay:.1f} s")
+            self._emit(
+                "worker_error", {"error": repr(error), "operation": "listen_job_scheduled"}, log_line=False
             )
-            self._emit("worker_error", {"error": repr(error)})
         else:
-            self._failures = 0
+            self._streak.succeeded()
 
     async def _listen(self) -> None:
         notify = self._client.notify
