@@ -38,7 +38,10 @@ HOUR = Backoff(initial=timedelta(hours=1), maximum=timedelta(hours=1))
 T = TypeVar("T")
 
 BEAT = 0.05
-"""Heartbeat interval of the workers in these cases (seconds); alive_for is two of them."""
+"""Heartbeat interval of the workers in these cases (seconds)."""
+
+MISSED = 6
+"""Their missed heartbeats: alive_for is 0.3 s, which a loaded database's round trips fit in."""
 
 
 class RescueTests:
@@ -65,7 +68,7 @@ class RescueTests:
             )
         assert [job.id for job in claimed.jobs] == [started.id]
 
-        live = env.worker(client, procs, heartbeat_interval=BEAT, missed_heartbeats=2)
+        live = env.worker(client, procs, heartbeat_interval=BEAT, missed_heartbeats=MISSED)
         async with live:
             chain = await env.await_chain(client, started.id)
 
@@ -104,18 +107,24 @@ class RescueTests:
 
         proxy = StateProxy(env.state)
         client = env.client(types)
-        options: dict[str, Any] = {"heartbeat_interval": BEAT, "missed_heartbeats": 2, "lease": TEN_MINUTES}
+        options: dict[str, Any] = {
+            "heartbeat_interval": BEAT,
+            "missed_heartbeats": MISSED,
+            "lease": TEN_MINUTES,
+        }
         stalled = env.worker(env.client(types, state=as_state(proxy)), procs, **options)
         rescuer = env.worker(client, procs, **options)
         async with stalled:
             started = await env.start(client, work, None)
             await env.wait_event(running, "the first worker to start the job")
             proxy.freeze()  # no heartbeat, no renewal, nothing: a hung process
-            async with rescuer:
-                chain = await env.await_chain(client, started.id)
-            rescued = await env.job(client, started.id)
-            proxy.thaw()
-            release.set()
+            try:
+                async with rescuer:
+                    chain = await env.await_chain(client, started.id)
+                rescued = await env.job(client, started.id)
+            finally:
+                proxy.thaw()  # a frozen worker could not stop
+                release.set()
             await env.wait_for(_async(lambda: late), "the stalled handler's late completion")
 
         assert chain.output == {"tag": "rescuer"}
@@ -219,10 +228,12 @@ class RescueTests:
             started = await env.start(client, brief, None)
             await env.wait_event(running, "the job to start")
             proxy.freeze()
-            async with env.worker(client, procs, heartbeat_interval=BEAT, lease=TEN_MINUTES):
-                chain = await env.await_chain(client, started.id)
-            proxy.thaw()
-            release.set()
+            try:
+                async with env.worker(client, procs, heartbeat_interval=BEAT, lease=TEN_MINUTES):
+                    chain = await env.await_chain(client, started.id)
+            finally:
+                proxy.thaw()  # a frozen worker could not stop
+                release.set()
 
         job = await env.job(client, started.id)
         assert chain.output is not None

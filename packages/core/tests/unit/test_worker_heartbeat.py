@@ -213,7 +213,7 @@ async def test_a_dead_workers_job_is_released_and_run_by_another_worker(
     job_id = await _ghost_holds_a_job(state, client, alive_for=timedelta(milliseconds=50))
 
     # The job's lease lasts an hour: only the registry can bring it back during this case.
-    worker = Worker(client, processors(), heartbeat_interval=0.05, missed_heartbeats=2)
+    worker = Worker(client, processors(), heartbeat_interval=0.05, missed_heartbeats=4)
     async with worker:
         chain = await client.await_chain(job_id, timeout=BOUND, poll_interval=0.05)
 
@@ -288,6 +288,13 @@ async def test_release_dead_only_after_alive_for_of_continuous_success() -> None
     clock.now += 5.9
     assert await sent_release_dead() is False
     clock.now += 0.1
+    assert await sent_release_dead() is True
+    # A stall: no failure, but 7 s between two heartbeats (longer than alive_for).
+    clock.now += 7
+    assert await sent_release_dead() is True  # decided before the stall showed
+    clock.now += 1
+    assert await sent_release_dead() is False  # the gap restarted the count
+    clock.now += 5.5
     assert await sent_release_dead() is True
 
 

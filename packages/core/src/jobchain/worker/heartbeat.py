@@ -9,8 +9,8 @@ job's lease runs out.
 
 The heartbeat runs beside the claim loop, never inside it: a loop that is saturated, stuck
 in a slow claim or backing off after an outage does not stop it. At most one heartbeat is in
-flight; one that hangs longer than ``alive_for`` is abandoned (by then the row has expired
-anyway) and counts as a failure.
+flight; one that gets no answer for ``alive_for`` (at least :data:`GIVE_UP_AFTER`) is
+abandoned and counts as a failure.
 """
 
 from __future__ import annotations
@@ -46,6 +46,14 @@ DEFAULT_MISSED_HEARTBEATS = 3
 
 PRUNE_AFTER = timedelta(hours=1)
 """How long a dead or stopped worker's row stays in the registry."""
+
+GIVE_UP_AFTER = 5.0
+"""Seconds after which a heartbeat that got no answer is abandoned (at least; or ``alive_for``).
+
+A statement stuck on a broken connection could otherwise hold the one heartbeat in flight for
+minutes. Not shorter: a slow but working database must not turn every heartbeat into a failure
+(which would also keep the worker from ever releasing dead workers' jobs).
+"""
 
 
 def library_version() -> str:
@@ -115,8 +123,10 @@ class Heartbeat:
         self._emit = emit
         self._clock = clock
         self._streak = FailureStreak(log, f"worker {identity.worker_id} heartbeat", clock=self._now)
-        # When the current run of successful heartbeats began (None while failing).
+        # When the current run of successful heartbeats began (None while failing), and when the
+        # last one succeeded.
         self._healthy_since: float | None = None
+        self._last_success: float | None = None
         self._one_at_a_time = asyncio.Lock()
         self._poked = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
@@ -146,7 +156,7 @@ class Heartbeat:
         await asyncio.gather(task, return_exceptions=True)
         self.state = WorkerState.STOPPED
         with contextlib.suppress(SchemaNotMigratedError):
-            await self.beat(give_up_after=min(self.interval, self.alive_for.total_seconds()))
+            await self.beat(give_up_after=GIVE_UP_AFTER)
 
     async def _run(self) -> None:
         while True:
@@ -166,9 +176,12 @@ class Heartbeat:
         """Whether the next heartbeat may declare other workers dead.
 
         Only after this worker's own heartbeats have succeeded for ``alive_for`` without a
-        failure. After a database outage every worker's row has expired; a worker that came
-        back first must not declare the others dead (and take their running jobs) before they
-        had the same ``alive_for`` to heartbeat again. A freshly started worker waits the same.
+        failure and without a gap longer than ``alive_for`` between two of them. After a
+        database outage every worker's row has expired; a worker that came back first must not
+        declare the others dead (and take their running jobs) before they had the same
+        ``alive_for`` to heartbeat again. A stall without errors (every heartbeat waiting on the
+        database) is an outage too: its gap restarts the count. A freshly started worker waits
+        the same.
         """
         since = self._healthy_since
         return since is not None and self._now() - since >= self.alive_for.total_seconds()
@@ -176,7 +189,8 @@ class Heartbeat:
     async def beat(self, *, give_up_after: float | None = None) -> WorkerHeartbeatResult | None:
         """Send one heartbeat now (after any in flight); None if it failed.
 
-        It is abandoned after ``give_up_after`` seconds (default ``alive_for``).
+        It is abandoned after ``give_up_after`` seconds (default: ``alive_for``, at least
+        :data:`GIVE_UP_AFTER`).
         """
         async with self._one_at_a_time:
             params = WorkerHeartbeat(
@@ -193,18 +207,22 @@ class Heartbeat:
                 release_dead=self.state is not WorkerState.STOPPED and self.releases_dead(),
                 prune_after=PRUNE_AFTER,
             )
+            give_up = give_up_after or max(self.alive_for.total_seconds(), GIVE_UP_AFTER)
             try:
-                async with asyncio.timeout(give_up_after or self.alive_for.total_seconds()):
+                async with asyncio.timeout(give_up):
                     async with self._client.transaction(autocommit=True) as tx:
                         result = await tx.state.worker_heartbeat(params)
                         publish_rescued(tx.hooks, result.released_jobs)
             except asyncio.CancelledError:
                 raise
-            except SchemaNotMigratedError as error:
-                log.error("worker %s cannot heartbeat: %s", self.identity.worker_id, error)
-                self._on_fatal(error)
+            except SchemaNotMigratedError as missing:
+                log.error("worker %s cannot heartbeat: %s", self.identity.worker_id, missing)
+                self._on_fatal(missing)
                 raise
-            except Exception as error:
+            except Exception as failure:
+                error: Exception = failure
+                if isinstance(failure, TimeoutError):  # its own text is empty
+                    error = TimeoutError(f"no answer within {give_up:g} s")
                 self._healthy_since = None
                 self._streak.failed(error, "the worker keeps running and retries")
                 self._emit(
@@ -212,8 +230,10 @@ class Heartbeat:
                 )
                 return None
             recovered = self._streak.succeeded()
-            if self._healthy_since is None:
-                self._healthy_since = self._now()
+            now = self._now()
+            last, self._last_success = self._last_success, now
+            if self._healthy_since is None or last is None or now - last > self.alive_for.total_seconds():
+                self._healthy_since = now
             self.beats += 1
         if result.was_dead:
             log.warning(
