@@ -17,6 +17,7 @@ from jobchain_conformance.suites.integration_leases import LeaseTests
 from jobchain_conformance.suites.integration_middleware import MiddlewareTests
 from jobchain_conformance.suites.integration_modes import ErrorPositionTests, ProcessingModeTests
 from jobchain_conformance.suites.integration_processing import ChainTests, ProcessingTests
+from jobchain_conformance.suites.integration_rescue import RescueTests
 from jobchain_conformance.suites.integration_resilience import NotifyResilienceTests, StateResilienceTests
 from jobchain_conformance.suites.integration_retries import HandlerErrorTests, RetryTests
 from jobchain_conformance.suites.integration_scheduling import (
@@ -163,6 +164,7 @@ class IntegrationSuite(
     WorkerConcurrencyTests,
     BatchProcessingTests,
     MiddlewareTests,
+    RescueTests,
     ShutdownTests,
     NotifyResilienceTests,
     StateResilienceTests,
