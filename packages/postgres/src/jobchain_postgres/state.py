@@ -302,6 +302,18 @@ class PostgresStateAdapter:
                 finally:
                     await connection.set_autocommit(autocommit)
 
+    async def reserve_connections(self, count: int) -> int | None:
+        """Grow the adapter's own pool to ``count`` connections; see ReservesConnections.
+
+        A pool, connection or engine of yours keeps its size: the result tells the caller
+        (a worker) whether it is enough.
+        """
+        reserve = getattr(self._provider, "reserve", None)
+        if reserve is None:
+            return None
+        available: int | None = await reserve(count)
+        return available
+
     async def close(self) -> None:
         """Refuse new transactions and close the adapter's own pool. Idempotent."""
         if self._closed:
