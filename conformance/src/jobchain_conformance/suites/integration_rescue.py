@@ -251,7 +251,8 @@ class RescueTests:
             return await attempt.complete(None)
 
         client = env.client(types)
-        worker = env.worker(client, procs, name="listed", concurrency=3, heartbeat_interval=BEAT)
+        # The default heartbeat (every 2 s, alive for 6 s): the first one is sent at start.
+        worker = env.worker(client, procs, name="listed", concurrency=3)
         async with worker:
 
             async def listed() -> bool:

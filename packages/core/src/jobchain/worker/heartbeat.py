@@ -30,7 +30,7 @@ from typing import TYPE_CHECKING
 from jobchain.contracts import WorkerHeartbeat, WorkerHeartbeatResult, WorkersList
 from jobchain.entities import Job, WorkerState
 from jobchain.errors import SchemaNotMigratedError
-from jobchain.worker.outage import FailureStreak
+from jobchain.worker.outage import FailureStreak, wait_or_timeout
 from jobchain.worker.rescues import Emit, emit_rescued, job_list, publish_rescued
 
 if TYPE_CHECKING:
@@ -166,8 +166,7 @@ class Heartbeat:
                 return  # reported through on_fatal: nothing to beat into
             # Jitter (never longer than the interval) keeps many workers from beating in step.
             delay = self.interval * random.uniform(0.8, 1.0)
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._poked.wait(), delay)
+            await wait_or_timeout(self._poked, delay)
             self._poked.clear()
 
     # ------------------------------------------------------------------ one heartbeat

@@ -15,7 +15,6 @@ Attempts run in slots (:mod:`jobchain.worker.slots`).
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import math
 import random
@@ -44,7 +43,7 @@ from jobchain.worker.heartbeat import (
     WorkerIdentity,
 )
 from jobchain.worker.ids import make_worker_id
-from jobchain.worker.outage import FailureStreak
+from jobchain.worker.outage import FailureStreak, wait_or_timeout
 from jobchain.worker.processors import (
     Processor,
     Processors,
@@ -220,16 +219,14 @@ class Worker:
         if self._loop_task is not None:
             raise InvalidArgumentError("worker already started")
         self._emit("worker_started", {})
-        self._loop_task = asyncio.create_task(self._run(), name=f"jobchain-worker-{self.worker_id}")
+        self._loop_task = asyncio.create_task(
+            self._start_then_run(), name=f"jobchain-worker-{self.worker_id}"
+        )
         # A loop that ended on its own error is reported by wait()/stop(); mark it retrieved so
         # asyncio does not also complain about it when nobody waits.
         self._loop_task.add_done_callback(_retrieve)
         self._heartbeat.start()
         self._reaper.start()
-        try:
-            await reserve_connections(self.client, self.concurrency, self.worker_id)
-        except Exception:  # sizing is advice: the worker runs with the pool it has
-            log.warning("worker %s could not size the state connection pool", self.worker_id, exc_info=True)
 
     async def stop(self) -> None:
         """Stop claiming, let in-flight attempts finish (up to ``shutdown_timeout``), release the rest.
@@ -296,6 +293,14 @@ class Worker:
         return list(self._slots.inflight)
 
     # ------------------------------------------------------------------ loop
+
+    async def _start_then_run(self) -> None:
+        try:
+            # Before the first claim: attempts, claims and heartbeats all need connections.
+            await reserve_connections(self.client, self.concurrency, self.worker_id)
+        except Exception:  # sizing is advice: the worker runs with the pool it has
+            log.warning("worker %s could not size the state connection pool", self.worker_id, exc_info=True)
+        await self._run()
 
     async def _run(self) -> None:
         while not self._stopping:
@@ -370,8 +375,7 @@ class Worker:
     async def _sleep_or_wake(self, seconds: float) -> None:
         if seconds <= 0:
             return
-        with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(self._wake.wait(), seconds)
+        await wait_or_timeout(self._wake, seconds)
         self._wake.clear()
 
     # ------------------------------------------------------------------ heartbeat results

@@ -1,7 +1,9 @@
-"""Logging a run of failures readably: one WARNING when it starts, one INFO line when it ends."""
+"""Failures of the worker's repeated operations: logged once per streak, waited out safely."""
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import logging
 import time
 from collections.abc import Callable
@@ -57,3 +59,15 @@ class FailureStreak:
         )
         self.failures = 0
         return True
+
+
+async def wait_or_timeout(event: asyncio.Event, seconds: float) -> None:
+    """Wait until ``event`` is set or ``seconds`` passed, whichever comes first.
+
+    Not ``asyncio.wait_for(event.wait(), seconds)``: on Python 3.11 that swallows a
+    cancellation that arrives as the event is set, and a worker task cancelled by ``stop()``
+    would then sleep on. ``asyncio.timeout`` tells its own cancellation from the caller's.
+    """
+    with contextlib.suppress(TimeoutError):
+        async with asyncio.timeout(seconds):
+            await event.wait()

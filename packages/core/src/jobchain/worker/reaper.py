@@ -12,7 +12,6 @@ never holds it back.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import math
 from collections.abc import Callable
@@ -23,7 +22,7 @@ from jobchain.contracts import JobsReapExpired
 from jobchain.entities import Job, RescueReason
 from jobchain.errors import SchemaNotMigratedError
 from jobchain.worker.backoff import Backoff
-from jobchain.worker.outage import FailureStreak
+from jobchain.worker.outage import FailureStreak, wait_or_timeout
 from jobchain.worker.rescues import Emit, emit_rescued, job_list, publish_rescued
 
 if TYPE_CHECKING:
@@ -113,8 +112,7 @@ class Reaper:
             wait = self.due_at - self._now()
             if wait > 0:
                 self._changed.clear()
-                with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(self._changed.wait(), wait)
+                await wait_or_timeout(self._changed, wait)
                 continue
             started = self._now()
             try:
