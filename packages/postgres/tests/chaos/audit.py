@@ -298,7 +298,11 @@ def _rescues(
         by_type: dict[str, float] = {}
         restarts: list[float] = []
         for job_id in fault.in_flight_ids:
-            again = [e.started for e in executions if e.job_id == job_id and e.pid != fault.killed_pid]
+            again = [
+                e.started
+                for e in executions
+                if e.job_id == job_id and e.pid != fault.killed_pid and e.started > fault.started
+            ]
             if not again:
                 break  # never ran again: the assertions name it (rescued_after stays None)
             restarts.append(min(again))

@@ -229,10 +229,10 @@ class CellRun:
             await asyncio.sleep(0.02)
 
     async def wait_rescued(self, fault: Fault, limit: float) -> None:
-        """Wait (up to ``limit`` s after the kill) until every killed job ran again elsewhere."""
+        """Wait (up to ``limit`` s after the kill) until every killed job ran again and completed,
+        so that a next kill cannot hit a rescued job and blur this kill's figures."""
         while time.time() < fault.ended + limit:
-            again = {e.job_id for e in read_executions(self.exec_log) if e.pid != fault.killed_pid}
-            if set(fault.in_flight_ids) <= again:
+            if set(fault.in_flight_ids) <= await self.done_jobs():
                 return
             await asyncio.sleep(0.1)
 

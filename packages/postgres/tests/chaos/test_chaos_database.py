@@ -43,18 +43,9 @@ async def test_terminated_backends_lose_nothing(
     assert_cell(figures, plan, max_other_re_executions=len(figures.faults) * plan.slots)
 
 
-OUTAGE_STARVATION = (
-    "finding (full mode, baseline): a job whose reschedule failed during the outage 'returns "
-    "when its lease expires', but with the backlog the outages built no claim comes back empty, "
-    "so nobody reaps it until the queue drains: 126 s after a 10 s restart (bound 120 s). "
-    "Issue 16 items 2-3 (timer reaper, group retry after outages) should make this pass."
-)
-
-
 @pytest.mark.parametrize(
     "mode", [pytest.param("fast", marks=pytest.mark.chaos_extra), pytest.param("immediate")]
 )
-@pytest.mark.xfail(FULL, reason=OUTAGE_STARVATION, strict=False)
 async def test_server_restarts_lose_nothing(
     chaos_server: PrivateServer, tmp_path: Path, record_figures: list[Figures], mode: StopMode
 ) -> None:
