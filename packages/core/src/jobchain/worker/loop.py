@@ -218,10 +218,14 @@ class Worker:
         """Start the heartbeat, the reaper and the claim loop in the background."""
         if self._loop_task is not None:
             raise InvalidArgumentError("worker already started")
+        try:
+            # Before anything runs: attempts, claims and heartbeats all need connections. Sizing
+            # touches no server (a pool resize), so it cannot hang on a database that is away.
+            await reserve_connections(self.client, self.concurrency, self.worker_id)
+        except Exception:  # sizing is advice: the worker runs with the pool it has
+            log.warning("worker %s could not size the state connection pool", self.worker_id, exc_info=True)
         self._emit("worker_started", {})
-        self._loop_task = asyncio.create_task(
-            self._start_then_run(), name=f"jobchain-worker-{self.worker_id}"
-        )
+        self._loop_task = asyncio.create_task(self._run(), name=f"jobchain-worker-{self.worker_id}")
         # A loop that ended on its own error is reported by wait()/stop(); mark it retrieved so
         # asyncio does not also complain about it when nobody waits.
         self._loop_task.add_done_callback(_retrieve)
@@ -293,14 +297,6 @@ class Worker:
         return list(self._slots.inflight)
 
     # ------------------------------------------------------------------ loop
-
-    async def _start_then_run(self) -> None:
-        try:
-            # Before the first claim: attempts, claims and heartbeats all need connections.
-            await reserve_connections(self.client, self.concurrency, self.worker_id)
-        except Exception:  # sizing is advice: the worker runs with the pool it has
-            log.warning("worker %s could not size the state connection pool", self.worker_id, exc_info=True)
-        await self._run()
 
     async def _run(self) -> None:
         while not self._stopping:
