@@ -1,4 +1,5 @@
-"""The worker's idle cycle: after an empty claim it reaps, in autocommit where it can."""
+"""The worker's idle cycle: an empty claim, then a look-up of the next due job, in autocommit where
+it can; the reaper runs on its own timer, only when a lease is due, also in autocommit."""
 
 from __future__ import annotations
 
@@ -6,9 +7,11 @@ import asyncio
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
+from datetime import timedelta
 from typing import Any
 
 from jobchain import Client, JobTypes
+from jobchain.contracts import JobsAcquire
 from jobchain.memory.notify import MemoryNotifyAdapter
 from jobchain.memory.state import MemoryStateAdapter
 from jobchain.worker import Attempt, Completed, Processors, Worker
@@ -89,14 +92,37 @@ def _setup() -> tuple[RecordingState, Worker]:
     return state, Worker(client, processors, concurrency=2, poll_interval=30)
 
 
-async def test_the_idle_cycle_reaps_in_autocommit() -> None:
+async def test_the_idle_cycle_claims_then_looks_up_the_next_due_job_without_reaping() -> None:
     state, worker = _setup()
     await worker.start()
     try:
-        await state.wait_ops(2)  # the first (empty) claim, then the reap
+        await state.wait_ops(2)  # the first (empty) claim, then when to look again
     finally:
         await worker.stop()
 
-    assert state.ops[:2] == [("acquire", 0), ("reap", 0)]
+    loop_ops = [op for op in state.ops if op[0] != "reap"]
+    assert loop_ops[:2] == [("acquire", 0), ("next", 0)]
+    # No lease is held anywhere: the reaper ran only its start-up reap (then waits for a
+    # reported expiry or its poll_interval safety timer), never one per empty claim.
+    assert state.ops.count(("reap", 0)) <= 1
+
+
+async def test_an_expired_foreign_lease_is_reaped_in_autocommit() -> None:
+    state, worker = _setup()
+    client = worker.client
+    async with client.transaction() as tx:
+        await client.start_chain(tx, item, Item(n=1))
+    async with state.transaction() as tx:
+        claimed = await tx.jobs_acquire(
+            JobsAcquire(type_names=[item.name], worker_id="gone", lease_for=timedelta(microseconds=1))
+        )
+    assert len(claimed.jobs) == 1
+    await worker.start()
+    try:
+        while ("reap", 1) not in state.ops:
+            await state.wait_ops(len(state.ops) + 1)
+    finally:
+        await worker.stop()
     # One operation: no BEGIN and COMMIT round trips where the adapter can run it alone.
-    assert state.scopes[0] == ("reap", "autocommit")
+    assert ("reap", "autocommit") in state.scopes
+    assert ("reap", "transaction") not in state.scopes
