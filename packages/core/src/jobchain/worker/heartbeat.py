@@ -130,6 +130,7 @@ class Heartbeat:
         self._one_at_a_time = asyncio.Lock()
         self._poked = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
+        self._stopping = False
         self.beats = 0
         """Successful heartbeats so far."""
 
@@ -152,6 +153,10 @@ class Heartbeat:
         task, self._task = self._task, None
         if task is None:
             return
+        # The flag as well as the cancellation: a driver may turn a cancellation that lands
+        # inside a statement into an error of its own, which beat() reports and _run retries.
+        self._stopping = True
+        self._poked.set()
         task.cancel()
         await asyncio.gather(task, return_exceptions=True)
         self.state = WorkerState.STOPPED
@@ -159,7 +164,7 @@ class Heartbeat:
             await self.beat(give_up_after=GIVE_UP_AFTER)
 
     async def _run(self) -> None:
-        while True:
+        while not self._stopping:
             try:
                 await self.beat()
             except SchemaNotMigratedError:

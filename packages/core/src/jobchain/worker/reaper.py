@@ -72,6 +72,7 @@ class Reaper:
         self._changed = asyncio.Event()
         self._one_at_a_time = asyncio.Lock()
         self._task: asyncio.Task[None] | None = None
+        self._stopping = False
         self.reaps = 0
         """Reap statements run so far."""
 
@@ -103,12 +104,16 @@ class Reaper:
     async def stop(self) -> None:
         """Stop the reaper task (a reap in flight is cancelled; its transaction rolls back)."""
         task, self._task = self._task, None
+        # The flag as well as the cancellation: a driver may turn a cancellation that lands
+        # inside a statement into an error of its own, which the loop would retry.
+        self._stopping = True
+        self._changed.set()
         if task is not None:
             task.cancel()
             await asyncio.gather(task, return_exceptions=True)
 
     async def _run(self) -> None:
-        while True:
+        while not self._stopping:
             wait = self.due_at - self._now()
             if wait > 0:
                 self._changed.clear()
@@ -142,7 +147,7 @@ class Reaper:
             while True:
                 batch = await self._reap_batch()
                 reaped += batch
-                if len(batch) < self._batch:
+                if len(batch) < self._batch or self._stopping:
                     return reaped
 
     async def _reap_batch(self) -> list[Job]:
