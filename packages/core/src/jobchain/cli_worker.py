@@ -100,6 +100,8 @@ async def run_worker(
     name: str,
     poll_interval: float,
     migrate: bool = False,
+    heartbeat_interval: float | None = None,
+    missed_heartbeats: int | None = None,
 ) -> None:
     """Run a worker until SIGINT/SIGTERM, or until it stops on its own error (raised here).
 
@@ -118,6 +120,11 @@ async def run_worker(
     async with client:
         if migrate:
             log.info("migrated the state backend (%s)", type(client.state).__name__)
+        liveness: dict[str, Any] = {}
+        if heartbeat_interval is not None:
+            liveness["heartbeat_interval"] = heartbeat_interval
+        if missed_heartbeats is not None:
+            liveness["missed_heartbeats"] = missed_heartbeats
         worker = Worker(
             client,
             slices,
@@ -125,6 +132,7 @@ async def run_worker(
             concurrency=concurrency,
             prefetch=prefetch,
             poll_interval=poll_interval,
+            **liveness,
         )
         await worker.start()
         log.info(
@@ -193,6 +201,18 @@ GENERIC_HINT = "run `jobchain migrate --state URL` (or `await adapter.migrate()`
 )
 @click.option("--name", default="worker", show_default=True, help="Readable worker name (a suffix is added).")
 @click.option("--poll-interval", default=60.0, show_default=True, type=click.FloatRange(min=0.001))
+@click.option(
+    "--heartbeat-interval",
+    default=None,
+    type=click.FloatRange(min=0.001),
+    help="Seconds between registry heartbeats [default: 2].",
+)
+@click.option(
+    "--missed-heartbeats",
+    default=None,
+    type=click.IntRange(min=2),
+    help="Heartbeats missed before the worker is presumed dead and its jobs released [default: 3].",
+)
 @click.option("--log-level", default="INFO", show_default=True)
 @click.option(
     "--migrate",
@@ -210,6 +230,8 @@ def worker_command(
     loop_name: str,
     name: str,
     poll_interval: float,
+    heartbeat_interval: float | None,
+    missed_heartbeats: int | None,
     log_level: str,
     migrate: bool,
 ) -> None:
@@ -230,6 +252,8 @@ def worker_command(
                 name=name,
                 poll_interval=poll_interval,
                 migrate=migrate,
+                heartbeat_interval=heartbeat_interval,
+                missed_heartbeats=missed_heartbeats,
             ),
             loop_name,
         )

@@ -164,3 +164,41 @@ def test_without_uvloop_auto_falls_back_and_uvloop_says_what_to_install(
     with pytest.raises(InvalidArgumentError, match=r"pip install 'jobchain\[uvloop\]'"):
         run_on_loop(main, "uvloop")
     assert len(ran) == 1
+
+
+def test_worker_command_registers_with_the_heartbeat_settings_it_is_given(
+    app_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.syspath_prepend(str(app_dir))
+    app = importlib.import_module("cli_app")
+    state = f"sqlite:///{app_dir / 'jobs.db'}"
+
+    async def registered() -> list[jobchain.WorkerInfo]:
+        async with await jobchain.connect(state, notify="none", job_types=app.types, migrate=True) as client:
+            return await client.list_workers()
+
+    asyncio.run(registered())  # migrated before the worker starts
+    process = _start(app_dir, "--heartbeat-interval", "0.5", "--missed-heartbeats", "4", state=state)
+    try:
+        _wait_for(process, "processing cli.ping")
+        workers = asyncio.run(registered())
+        for _ in range(400):  # the first heartbeat runs beside the start-up line
+            if workers:
+                break
+            time.sleep(0.05)
+            workers = asyncio.run(registered())
+        [worker] = workers
+        # alive_for = heartbeat_interval * missed_heartbeats = 2 s after the last heartbeat.
+        assert (worker.alive_until - worker.last_seen_at).total_seconds() == pytest.approx(2.0)
+        assert worker.state is jobchain.WorkerState.RUNNING
+    finally:
+        process.send_signal(signal.SIGTERM)
+        process.wait(timeout=20)
+    [stopped] = asyncio.run(registered())
+    assert stopped.state is jobchain.WorkerState.STOPPED
+
+
+def test_worker_command_refuses_fewer_than_two_missed_heartbeats() -> None:
+    result = CliRunner().invoke(main, ["worker", "cli_app:processors", "--missed-heartbeats", "1"])
+    assert result.exit_code == 2
+    assert "--missed-heartbeats" in result.output
