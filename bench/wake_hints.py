@@ -55,8 +55,11 @@ from jobchain.contracts.state import (
     JobsReapExpired,
     JobsTrigger,
     JobsTriggered,
+    WorkerHeartbeat,
+    WorkerHeartbeatResult,
+    WorkersList,
 )
-from jobchain.entities import Chain, Job, Page
+from jobchain.entities import Chain, Job, Page, WorkerInfo
 from jobchain.worker import Attempt, Completed, Processors, Worker
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -143,6 +146,14 @@ class CountingTx:
     async def jobs_reap_expired(self, params: JobsReapExpired) -> list[Job]:
         self._tally.ops["jobs_reap_expired"] += 1
         return await self._inner.jobs_reap_expired(params)
+
+    async def worker_heartbeat(self, params: WorkerHeartbeat) -> WorkerHeartbeatResult:
+        self._tally.ops["worker_heartbeat"] += 1
+        return await self._inner.worker_heartbeat(params)
+
+    async def workers_list(self, params: WorkersList) -> list[WorkerInfo]:
+        self._tally.ops["workers_list"] += 1
+        return await self._inner.workers_list(params)
 
     async def jobs_trigger(self, params: JobsTrigger) -> JobsTriggered:
         self._tally.ops["jobs_trigger"] += 1
