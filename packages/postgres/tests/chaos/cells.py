@@ -18,6 +18,7 @@ import psycopg
 from psycopg import sql
 
 from jobchain.worker.backoff import DEFAULT_LEASE, DEFAULT_RECOVERY_BACKOFF
+from jobchain.worker.heartbeat import DEFAULT_HEARTBEAT_INTERVAL, DEFAULT_MISSED_HEARTBEATS
 from jobchain_postgres.testing import PrivateServer
 
 from . import chaos_app
@@ -29,11 +30,6 @@ FULL = os.environ.get("JOBCHAIN_CHAOS_FULL", "") not in ("", "0")
 MODE = "full" if FULL else "compact"
 TEMPLATE: Final = "chaos_template"
 """A migrated database with the audit table; every cell's database is a copy of it."""
-
-try:  # the heartbeat's defaults, so bounds follow the library
-    from jobchain.worker.heartbeat import DEFAULT_HEARTBEAT_INTERVAL, DEFAULT_MISSED_HEARTBEATS
-except ImportError:  # a worker without heartbeats: only leases rescue (the bounds then fail)
-    DEFAULT_HEARTBEAT_INTERVAL, DEFAULT_MISSED_HEARTBEATS = 2.0, 3
 
 DEFAULT_LEASE_SECONDS: Final = DEFAULT_LEASE.duration.total_seconds()
 RECOVERY_CAP: Final = DEFAULT_RECOVERY_BACKOFF.maximum.total_seconds()

@@ -14,10 +14,6 @@ unset means the library default): ``CHAOS_LEASE_SECONDS`` (lease of ``chaos.work
 delay; it doubles up to four times that); ``CHAOS_WORK_SECONDS`` (time spent inside the attempt
 transaction, default 0.3). Input ``{"fail_first": true}`` makes the first attempt of a job raise
 (the retry-storm cell).
-
-``CHAOS_HEARTBEAT_SECONDS`` sets the heartbeat interval of the workers this process starts:
-``jobchain worker`` has no option for it, so the app changes ``Worker``'s default (the one
-setting the CLI gives no other way to reach; only the full mixed-lease cell uses it).
 """
 
 from __future__ import annotations
@@ -29,7 +25,7 @@ from datetime import timedelta
 from typing import Any, Final, cast
 
 from jobchain import JobTypes, Transaction
-from jobchain.worker import Attempt, Backoff, Completed, LeaseConfig, Processors, Worker
+from jobchain.worker import Attempt, Backoff, Completed, LeaseConfig, Processors
 from jobchain_postgres._tx import PostgresStateTx
 
 WORK: Final = float(os.environ.get("CHAOS_WORK_SECONDS", "0.3"))
@@ -57,17 +53,6 @@ def _retry() -> Backoff | None:
     return Backoff(initial=timedelta(seconds=seconds), maximum=timedelta(seconds=seconds * 4))
 
 
-def _heartbeat() -> None:
-    seconds = _seconds("CHAOS_HEARTBEAT_SECONDS")
-    if seconds is None:
-        return
-    defaults = Worker.__init__.__kwdefaults__ or {}
-    if "heartbeat_interval" not in defaults:
-        raise RuntimeError("jobchain's Worker has no heartbeat_interval setting")
-    defaults["heartbeat_interval"] = seconds
-
-
-_heartbeat()
 job_types = JobTypes(retry=_retry())
 work = job_types.define(TYPE_NAME, input=dict, output=dict, entry=True, lease=_lease("CHAOS_LEASE_SECONDS"))
 long = job_types.define(

@@ -50,7 +50,7 @@ class Knobs:
     concurrency: int | None = 4
     """Slots per worker (CLI default: 10)."""
     heartbeat: float | None = None
-    """Heartbeat interval (library default: 2 s); see ``chaos_app``."""
+    """Heartbeat interval (library default: 2 s): ``--heartbeat-interval``."""
     types: tuple[str, ...] = (chaos_app.TYPE_NAME,)
     """The job types the producer starts, in turn."""
 
@@ -61,7 +61,6 @@ class Knobs:
             "CHAOS_LONG_LEASE_SECONDS": _opt(self.long_lease),
             "CHAOS_WORK_SECONDS": str(self.work),
             "CHAOS_RETRY_SECONDS": _opt(self.retry),
-            "CHAOS_HEARTBEAT_SECONDS": _opt(self.heartbeat),
             "CHAOS_EXEC_LOG": str(exec_log),
         }
 
@@ -72,6 +71,8 @@ class Knobs:
             options += ["--concurrency", str(self.concurrency)]
         if self.poll_interval is not None:
             options += ["--poll-interval", str(self.poll_interval)]
+        if self.heartbeat is not None:
+            options += ["--heartbeat-interval", str(self.heartbeat)]
         return options
 
 
