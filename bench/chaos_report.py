@@ -100,6 +100,26 @@ def kills_table(cells: list[dict[str, Any]]) -> list[str]:
     return out
 
 
+def faults_table(cells: list[dict[str, Any]]) -> list[str]:
+    out = [
+        "| cell | fault | lasted (s) | jobs unfinished at its end | first completion after (s) "
+        "| slowest worker resumed after (s) | backlog drained after (s, bound) |",
+        "|---|---:|---:|---:|---:|---:|---:|",
+    ]
+    for cell in cells:
+        bounds = cell.get("bounds", {})
+        for number, fault in enumerate(cell["faults"]):
+            if fault["killed_pid"] is not None:
+                continue
+            out.append(
+                f"| {cell['cell']} | {number + 1} | {fault['ended'] - fault['started']:.1f} | {fault['in_flight']} "
+                f"| {seconds(fault.get('first_completion_after'))} "
+                f"| {seconds(fault.get('slowest_worker_resumed_after'))} "
+                f"| {with_bound(fault.get('backlog_drained_after'), bounds.get(f'recovery_{number}'))} |"
+            )
+    return out
+
+
 def storm_table(cells: list[dict[str, Any]]) -> list[str]:
     out: list[str] = []
     for cell in cells:
@@ -192,6 +212,7 @@ def report(data: dict[str, Any], source: Path) -> str:
     date = data.get("meta", {}).get("date", source.stem.removeprefix("chaos-"))
     lines = [f"# jobchain failure modes — {date}", "", *meta_lines(data), "", *headline(cells), ""]
     lines += ["## Cells", "", *cells_table(cells), "", "## Kills", "", *kills_table(cells), ""]
+    lines += ["## Other faults", "", *faults_table(cells), ""]
     storm = storm_table(cells)
     if storm:
         lines += ["## Retry storm", "", *storm, ""]
