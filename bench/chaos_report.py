@@ -120,29 +120,36 @@ def faults_table(cells: list[dict[str, Any]]) -> list[str]:
     return out
 
 
+def storm_row(label: str, cell: dict[str, Any], bloat: dict[str, int]) -> str:
+    updates = bloat["n_tup_upd"]
+    hot = f"{bloat['n_tup_hot_upd']:,} ({100 * bloat['n_tup_hot_upd'] / updates:.0f} %)" if updates else "0"
+    return (
+        f"| {label} | {bloat['n_live_tup']:,} | {bloat['n_dead_tup']:,} | {updates:,} | {hot} "
+        f"| {bloat['autovacuum_count']} | {bloat['table_bytes'] // KB:,} KiB | {bloat['index_bytes'] // KB:,} KiB "
+        f"| {bloat['total_bytes'] // KB:,} KiB |"
+    )
+
+
 def storm_table(cells: list[dict[str, Any]]) -> list[str]:
     out: list[str] = []
     for cell in cells:
-        bloat = cell.get("extra", {}).get("bloat_after")
-        if not bloat:
+        extra = cell.get("extra", {})
+        after = extra.get("bloat_after")
+        if not after:
             continue
-        updates = bloat["n_tup_upd"]
-        hot = (
-            f"{bloat['n_tup_hot_upd']:,} ({100 * bloat['n_tup_hot_upd'] / updates:.0f} %)" if updates else "0"
-        )
-        lines = cell.get("extra", {}).get("worker_log_lines", {})
+        warnings = extra.get("worker_log_lines", {}).get("WARNING", 0)
         out += [
-            f"{cell.get('what') or cell['cell']}: the job table afterwards "
-            "(`pg_stat_user_tables`, `pg_relation_size`, `pg_indexes_size`).",
+            f"{cell.get('what') or cell['cell']}: {cell['started']:,} chains, {cell['executions']:,} executions, "
+            f"{warnings:,} WARNING lines logged by the workers. The job table "
+            "(`pg_stat_user_tables`, `pg_relation_size`, `pg_indexes_size`), the largest value of each "
+            "column sampled during the storm, and after the drain:",
             "",
-            "| chains | executions | live tuples | dead tuples | updates | HOT updates | autovacuum runs "
-            "| table | indexes | total | WARNING lines logged |",
-            "|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
-            f"| {cell['started']:,} | {cell['executions']:,} | {bloat['n_live_tup']:,} | {bloat['n_dead_tup']:,} "
-            f"| {updates:,} | {hot} | {bloat['autovacuum_count']} | {bloat['table_bytes'] // KB:,} KiB "
-            f"| {bloat['index_bytes'] // KB:,} KiB | {bloat['total_bytes'] // KB:,} KiB "
-            f"| {lines.get('WARNING', 0):,} |",
+            "| when | live tuples | dead tuples | updates | HOT updates | autovacuum runs | table | indexes | total |",
+            "|---|---:|---:|---:|---:|---:|---:|---:|---:|",
         ]
+        if extra.get("bloat_peak"):
+            out.append(storm_row("during the storm (peak)", cell, extra["bloat_peak"]))
+        out.append(storm_row("after the drain", cell, after))
     return out
 
 

@@ -34,9 +34,9 @@ BLOAT_FIELDS = (
 )
 
 
-async def table_bloat(conninfo: str) -> dict[str, int]:
+async def table_bloat(conninfo: str, *, settle: float = 1.5) -> dict[str, int]:
     """Live and dead tuples, updates, autovacuum runs, and sizes of the job table right now."""
-    await asyncio.sleep(1.5)  # statistics reach pg_stat_user_tables about a second late
+    await asyncio.sleep(settle)  # statistics reach pg_stat_user_tables about a second late
     async with await psycopg.AsyncConnection.connect(conninfo, autocommit=True) as conn:
         cursor = await conn.execute(BLOAT.encode())
         row = await cursor.fetchone()
@@ -57,10 +57,19 @@ async def test_a_retry_storm_loses_nothing_and_its_bloat_is_measured(
         input={"fail_first": True},
     )
 
+    peak: dict[str, int] = {}
+
     async def schedule(run: CellRun) -> None:
-        await asyncio.sleep(duration)  # the storm is the load itself: every first attempt raises
+        # The storm is the load itself: every first attempt raises. Sample the table meanwhile:
+        # autovacuum may have cleaned up by the end, the peak is what the storm costs.
+        ends = asyncio.get_running_loop().time() + duration
+        while asyncio.get_running_loop().time() < ends:
+            sample = await table_bloat(run.conninfo, settle=min(2.0, duration / 5))
+            for key, value in sample.items():
+                peak[key] = max(peak.get(key, 0), value)
 
     figures = await run_cell(plan, chaos_server, tmp_path, schedule)
+    figures.extra["bloat_peak"] = peak
     figures.extra["bloat_after"] = await table_bloat(conninfo(chaos_server.port, plan.database))
     figures.extra["storm_seconds"] = duration
     record_figures.append(figures)
