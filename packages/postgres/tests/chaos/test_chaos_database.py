@@ -4,7 +4,8 @@ stopped and started again, its connection slots taken).
 Every job logged while a fault lasted may run again (its attempt's connection was cut), at
 most one per slot per fault; the backlog a fault leaves drains within
 ``CellPlan.recovery_bound``: twice the fault's length, the loop's longest recovery backoff, a
-lease and the backlog's drain time at the spare capacity, plus 10 s.
+lease and the backlog's drain time at the spare capacity, plus 10 s (extended to the recovery of
+the last of a series of faults that follow each other closer than that).
 """
 
 from __future__ import annotations
