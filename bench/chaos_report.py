@@ -280,11 +280,13 @@ a fault hit run again, and recovery within bounds derived from the cell's settin
 
 
 def refresh_doc(doc: Path, section: str) -> None:
+    """Replace the Failure modes section (heading to end marker), or append it."""
     text = doc.read_text()
-    if START in text and END in text:
-        before, rest = text.split(START, 1)
+    heading = SECTION_INTRO.split("\n", 1)[0]
+    if heading in text and END in text:
+        before, rest = text.split(heading, 1)
         _, after = rest.split(END, 1)
-        text = before + section + after
+        text = before + SECTION_INTRO + section + after
     else:
         text = text.rstrip("\n") + "\n\n" + SECTION_INTRO + section + "\n"
     doc.write_text(text)
