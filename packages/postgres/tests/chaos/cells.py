@@ -124,14 +124,15 @@ class CellPlan:
         return round(2 * (base + self.drain_seconds(length)) + 10.0, 1)
 
     def recovery_bounds(self, faults: list[Fault]) -> list[float]:
-        """:meth:`recovery_bound` of each fault, extended by every later fault that began before
-        it had to be over: a series of faults (a terminate every 0.5 s) holds up the backlog of
-        the first until the last one's recovery."""
+        """:meth:`recovery_bound` of each fault (once audited), extended to the recovery of every
+        later fault that began while its backlog was still there: a series of faults (a
+        terminate every 0.5 s) holds up the first one's backlog until the last one's recovery."""
         bounds = []
         for index, fault in enumerate(faults):
             bound = self.recovery_bound(fault)
+            drained_at = fault.ended + (fault.backlog_drained_after or 0.0)
             for later in faults[index + 1 :]:
-                if later.started < fault.ended + bound:
+                if later.started < drained_at:
                     bound = max(bound, round(later.ended - fault.ended + self.recovery_bound(later), 1))
             bounds.append(bound)
         return bounds
@@ -335,7 +336,7 @@ def assert_cell(
     Nothing lost, no double completion, every completion audited; re-executions in a killed
     process's wake at most the jobs it had in flight (and at most kills * concurrency =
     ``crash_slots``), other re-executions at most ``max_other_re_executions``; after every
-    fault, the backlog it left drained within its :meth:`CellPlan.recovery_bounds` (unless
+    fault, the backlog it left drained within :meth:`CellPlan.recovery_bounds` (unless
     ``check_drain`` is off: an overloaded queue never drains while the load lasts), and every
     killed job ran again within :meth:`CellPlan.rescue_bound` of its type.
     """
