@@ -3,6 +3,7 @@
 from jobchain.client import ChainStart, ChainStarted, Client, connect
 from jobchain.completion import Completion, ContinuationSpec, JobFinished
 from jobchain.entities import (
+    AttemptError,
     Chain,
     Deduplication,
     Job,
@@ -19,6 +20,7 @@ from jobchain.job_types import JobType, JobTypes
 from jobchain.transactions import Transaction, TransactionHooks
 
 __all__ = [
+    "AttemptError",
     "Chain",
     "ChainStart",
     "ChainStarted",

@@ -22,12 +22,25 @@ T = TypeVar("T")
 
 
 class JobStatus(StrEnum):
-    """Stored status of a job: ``blocked → pending → running → completed``."""
+    """Stored status of a job: ``blocked → pending → running → completed``, or one of the other
+    terminal statuses ``failed`` (attempts exhausted, failed on purpose, or a blocker chain
+    failed) and ``cancelled`` (by ``client.cancel_chain``)."""
 
     BLOCKED = "blocked"
     PENDING = "pending"
     RUNNING = "running"
     COMPLETED = "completed"
+    FAILED = "failed"
+    CANCELLED = "cancelled"
+
+    @property
+    def terminal(self) -> bool:
+        """True for ``completed``, ``failed`` and ``cancelled``: nothing runs it again unless retried."""
+        return self in TERMINAL_STATUSES
+
+
+TERMINAL_STATUSES = frozenset({JobStatus.COMPLETED, JobStatus.FAILED, JobStatus.CANCELLED})
+"""The statuses a job (and so a chain) ends in."""
 
 
 class RescueReason(StrEnum):
@@ -44,6 +57,68 @@ class WorkerState(StrEnum):
     DRAINING = "draining"
     STOPPED = "stopped"
     DEAD = "dead"
+
+
+ATTEMPT_ERRORS_KEPT = 10
+"""How many entries a job's error history keeps (the oldest are dropped)."""
+MAX_ERROR_MESSAGE_CHARS = 2_000
+"""An attempt error's message is cut to its first this-many characters."""
+MAX_TRACEBACK_CHARS = 4_000
+"""An attempt error's traceback is cut to its last this-many characters (the innermost frames)."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class AttemptError:
+    """One entry of a job's error history: a failed, timed-out or abandoned attempt.
+
+    ``message`` keeps its head and ``traceback`` its tail, cut to
+    :data:`MAX_ERROR_MESSAGE_CHARS` and :data:`MAX_TRACEBACK_CHARS` on construction, so an
+    entry's size is bounded whatever the handler raised.
+    """
+
+    attempt: int
+    worker_id: str | None
+    error_type: str
+    message: str
+    traceback: str | None = None
+    at: datetime
+
+    def __post_init__(self) -> None:
+        if len(self.message) > MAX_ERROR_MESSAGE_CHARS:
+            object.__setattr__(self, "message", self.message[: MAX_ERROR_MESSAGE_CHARS - 1] + "…")
+        if self.traceback is not None and len(self.traceback) > MAX_TRACEBACK_CHARS:
+            object.__setattr__(self, "traceback", "…" + self.traceback[-(MAX_TRACEBACK_CHARS - 1) :])
+
+    def to_json(self) -> dict[str, Any]:
+        """The stored form (the same in every backend): ``at`` as an ISO 8601 string."""
+        return {
+            "attempt": self.attempt,
+            "worker_id": self.worker_id,
+            "error_type": self.error_type,
+            "message": self.message,
+            "traceback": self.traceback,
+            "at": self.at.isoformat(),
+        }
+
+    @classmethod
+    def from_json(cls, value: Any) -> AttemptError:
+        """Read the stored form back (see :meth:`to_json`)."""
+        at = datetime.fromisoformat(value["at"])
+        return cls(
+            attempt=int(value["attempt"]),
+            worker_id=value.get("worker_id"),
+            error_type=str(value["error_type"]),
+            message=str(value["message"]),
+            traceback=value.get("traceback"),
+            at=at if at.tzinfo is not None else at.replace(tzinfo=UTC),
+        )
+
+
+def attempt_errors_from_json(value: Any) -> tuple[AttemptError, ...]:
+    """A stored error history (a JSON array, or None) as entities, oldest first."""
+    if not value:
+        return ()
+    return tuple(AttemptError.from_json(item) for item in value)
 
 
 def utcnow() -> datetime:
@@ -212,11 +287,40 @@ class Job:
     """The worker whose attempt was abandoned at the last rescue."""
     rescue_reason: str | None = None
     """Why: ``"lease_expired"`` or ``"worker_dead"`` (see :class:`RescueReason`)."""
+    attempt_errors: tuple[AttemptError, ...] = ()
+    """The error history, oldest first: the last :data:`ATTEMPT_ERRORS_KEPT` failed, timed-out
+    or abandoned attempts (and a blocker's failure, for a job failed by it). Kept when a later
+    attempt succeeds and across retries."""
+    attempt_base: int = 0
+    """The ``attempt`` count when the job was last retried (``client.retry_job``): its attempt
+    budget counts the attempts after it, so ``attempt - attempt_base`` attempts were used."""
+    failed_at: datetime | None = None
+    """When the job became ``failed`` (cleared by a retry)."""
+    cancelled_at: datetime | None = None
+    """When the job became ``cancelled`` (cleared by a retry)."""
+    cancel_reason: str | None = None
+    """The reason given to ``cancel_chain`` (cleared by a retry)."""
+    failed_by_chain_id: str | None = None
+    """For a job failed because a blocker chain failed or was cancelled: that chain's id.
+    Retrying that chain's job retries this job with it."""
+    runs_after_failed_blockers: bool = False
+    """Set from the job type when the job was created: it runs once every blocker chain is
+    terminal, whatever their status, instead of failing with the first that fails."""
 
     @property
     def is_root(self) -> bool:
         """True for the first job of its chain (``id == chain_id``)."""
         return self.id == self.chain_id
+
+    @property
+    def finished_at(self) -> datetime | None:
+        """When the job reached its terminal status (None while it has not)."""
+        return self.completed_at or self.failed_at or self.cancelled_at
+
+    @property
+    def attempts_used(self) -> int:
+        """Attempts used since the last retry (``attempt - attempt_base``): what ``max_attempts`` limits."""
+        return self.attempt - self.attempt_base
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -311,6 +415,11 @@ class Chain:
     @property
     def completed_at(self) -> datetime | None:
         return self.last.completed_at if self.last.status is JobStatus.COMPLETED else None
+
+    @property
+    def finished_at(self) -> datetime | None:
+        """When the chain reached its terminal status (its last job's)."""
+        return self.last.finished_at
 
 
 _use_slot_setting_init(Chain)

@@ -107,6 +107,89 @@ class JobTakenByAnotherWorkerError(LeaseLostError):
         )
 
 
+class JobCancelledError(LeaseLostError):
+    """The job was cancelled while its attempt ran; stop (whatever the attempt writes is refused)."""
+
+    def __init__(self, job_id: str, reason: str | None = None) -> None:
+        self.job_id = job_id
+        self.reason = reason
+        super().__init__(f"job {job_id} was cancelled" + (f": {reason}" if reason else ""))
+
+
+class JobFinishedError(JobchainError):
+    """The job is failed or cancelled; retry it first with ``client.retry_job``."""
+
+    def __init__(self, job_id: str, status: str) -> None:
+        self.job_id = job_id
+        self.status = status
+        super().__init__(f"job {job_id} is {status}; retry it first with client.retry_job(tx, {job_id!r})")
+
+
+class JobNotRetryableError(JobchainError):
+    """Only failed or cancelled jobs can be retried; the message says why this one cannot."""
+
+    def __init__(self, job_id: str, status: str, blocked_by_chain_id: str | None = None) -> None:
+        self.job_id = job_id
+        self.status = status
+        self.blocked_by_chain_id = blocked_by_chain_id
+        if blocked_by_chain_id is not None:
+            message = (
+                f"job {job_id} failed because its blocker chain {blocked_by_chain_id} is still failed "
+                f"or cancelled; retry that chain instead (its dependents are retried with it)"
+            )
+        else:
+            message = f"job {job_id} is {status}; only failed or cancelled jobs can be retried"
+        super().__init__(message)
+
+
+class ChainNotCancellableError(JobchainError):
+    """Only chains that are blocked, pending or running can be cancelled."""
+
+    def __init__(self, chain_id: str, status: str) -> None:
+        self.chain_id = chain_id
+        self.status = status
+        super().__init__(
+            f"chain {chain_id} is {status}; only blocked, pending or running chains can be cancelled"
+        )
+
+
+class FailJob(JobchainError):  # noqa: N818 -- raised as a command (`raise FailJob("why")`), like StopIteration
+    """Raised from a handler to fail the job at once, without using its remaining attempts."""
+
+    def __init__(self, reason: str) -> None:
+        self.reason = reason
+        super().__init__(reason)
+
+
+class JobTimeoutError(JobchainError):
+    """The handler ran past its job type's ``timeout``; the attempt counts as failed and is retried."""
+
+    def __init__(self, job_id: str, timeout: float) -> None:
+        self.job_id = job_id
+        self.timeout = timeout
+        super().__init__(f"job {job_id}: the handler ran past its timeout of {timeout:g} s")
+
+
+class ChainFailedError(JobchainError):
+    """The awaited chain failed; ``error`` is its last job's last error, ``job`` that job."""
+
+    def __init__(self, chain_id: str, job: Any, error: str | None) -> None:
+        self.chain_id = chain_id
+        self.job = job
+        self.error = error
+        super().__init__(f"chain {chain_id} failed: {error or '(no error recorded)'}")
+
+
+class ChainCancelledError(JobchainError):
+    """The awaited chain was cancelled; ``reason`` is what ``cancel_chain`` was given."""
+
+    def __init__(self, chain_id: str, job: Any, reason: str | None) -> None:
+        self.chain_id = chain_id
+        self.job = job
+        self.reason = reason
+        super().__init__(f"chain {chain_id} was cancelled" + (f": {reason}" if reason else ""))
+
+
 class JobNotTriggerableError(JobchainError):
     """Only pending jobs can be triggered."""
 
@@ -222,9 +305,13 @@ __all__ = [
     "BackendUnavailableError",
     "BlockerReference",
     "BlockerReferenceError",
+    "ChainCancelledError",
+    "ChainFailedError",
+    "ChainNotCancellableError",
     "ChainNotFoundError",
     "DuplicateJobIdError",
     "DuplicateJobTypeError",
+    "FailJob",
     "HookNotRegisteredError",
     "InvalidArgumentError",
     "InvalidCursorError",
@@ -232,9 +319,13 @@ __all__ = [
     "InvalidPageSizeError",
     "InvalidURLError",
     "JobAlreadyCompletedError",
+    "JobCancelledError",
+    "JobFinishedError",
     "JobNotFoundError",
+    "JobNotRetryableError",
     "JobNotTriggerableError",
     "JobTakenByAnotherWorkerError",
+    "JobTimeoutError",
     "JobTypeMismatchError",
     "JobTypeValidationError",
     "JobchainError",

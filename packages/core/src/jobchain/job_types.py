@@ -27,10 +27,13 @@ and rejects a name declared twice.
 
 from __future__ import annotations
 
+import math
 import re
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
-from typing import Any, Generic, TypeVar, overload
+from datetime import timedelta
+from enum import Enum
+from typing import Any, Final, Generic, Literal, TypeAlias, TypeVar, overload
 
 import msgspec
 
@@ -55,6 +58,67 @@ INVALID_INPUT = "invalid_input"
 INVALID_OUTPUT = "invalid_output"
 INVALID_CONTINUATION = "invalid_continuation"
 INVALID_BLOCKERS = "invalid_blockers"
+
+
+class _Unset(Enum):
+    UNSET = "UNSET"
+
+    def __repr__(self) -> str:
+        return "UNSET"
+
+
+UNSET: Final = _Unset.UNSET
+"""Marks a setting left to the next level (processor → job type → registry → worker → default)."""
+
+MaxAttempts: TypeAlias = int | Literal[_Unset.UNSET] | None
+"""An attempt limit: a positive int, ``None`` for unlimited, or :data:`UNSET` to inherit."""
+
+DEFAULT_MAX_ATTEMPTS = 25
+"""The library's attempt limit when no level sets one. With the default backoff (10 s doubling
+to 300 s) 25 attempts retry for about 1 h 45 min: long enough to ride out a dependency's outage,
+short enough that a job that can never succeed becomes a visible dead letter the same day."""
+
+
+def validate_max_attempts(value: object, where: str = "max_attempts") -> MaxAttempts:
+    """Return ``value`` if it is a valid attempt limit (int ≥ 1, None or UNSET), else raise."""
+    if value is UNSET or value is None:
+        return value
+    if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+        raise InvalidArgumentError(
+            f"{where} must be an integer of at least 1, or None for unlimited attempts, got {value!r}"
+        )
+    return value
+
+
+def validate_timeout(value: object, where: str = "timeout") -> timedelta | None:
+    """Return a handler deadline as a timedelta (seconds or timedelta; None: no deadline)."""
+    if value is None:
+        return None
+    if isinstance(value, timedelta):
+        seconds = value.total_seconds()
+    elif isinstance(value, (int, float)) and not isinstance(value, bool):
+        seconds = float(value)
+    else:
+        raise InvalidArgumentError(f"{where} must be a timedelta or a number of seconds, got {value!r}")
+    if math.isnan(seconds) or math.isinf(seconds) or seconds <= 0:
+        raise InvalidArgumentError(f"{where} must be a positive, finite duration, got {value!r}")
+    return value if isinstance(value, timedelta) else timedelta(seconds=seconds)
+
+
+def validate_fail_on(value: object, where: str = "fail_on") -> tuple[type[BaseException], ...]:
+    """Return ``value`` as a tuple of exception types (raising one of them fails the job at once)."""
+    if value is None:
+        return ()
+    items = (value,) if isinstance(value, type) else value
+    if isinstance(items, (str, bytes)) or not isinstance(items, Iterable):
+        raise InvalidArgumentError(f"{where} must be a tuple of exception types, got {value!r}")
+    checked = tuple(items)
+    for item in checked:
+        if not (isinstance(item, type) and issubclass(item, BaseException)):
+            raise InvalidArgumentError(
+                f"{where} must list exception types (such as ValueError), got {item!r}"
+            )
+    return checked
 
 
 def validate_type_name(name: object) -> str:
@@ -86,7 +150,11 @@ class JobType(Generic[I, O]):
 
     ``continues_with`` lists the type names a job of this type may continue with (None:
     any registered type). ``blockers`` lists the chain type names allowed as blockers
-    (None: any; empty: none). ``retry`` and ``lease`` are per-type worker settings.
+    (None: any; empty: none). ``retry``, ``lease``, ``max_attempts`` and ``timeout`` are
+    per-type worker settings (unset: the slice's, then the worker's). ``fail_on`` lists
+    exception types that fail the job at once instead of retrying. A job created with
+    ``runs_after_failed_blockers`` runs once its blocker chains are all terminal, even if some
+    failed or were cancelled (it then reads their statuses), instead of failing with them.
     """
 
     name: str
@@ -98,6 +166,10 @@ class JobType(Generic[I, O]):
     retry: Any | None = None
     lease: Any | None = None
     max_payload_bytes: int = MAX_PAYLOAD_BYTES
+    max_attempts: MaxAttempts = UNSET
+    timeout: timedelta | None = None
+    fail_on: tuple[type[BaseException], ...] = ()
+    runs_after_failed_blockers: bool = False
 
     def encode_input(self, value: I) -> JsonValue:
         """Validate ``value`` against the input type and return it as plain JSON."""
@@ -141,14 +213,24 @@ def _details(exc: msgspec.ValidationError, type_: Any) -> str:
 class JobTypes:
     """A registry slice: define job types here, merge slices with :meth:`merge`.
 
-    ``retry`` and ``lease`` are this slice's defaults for types that declare none; a
-    processor's own settings still win, and the worker's apply when neither is set.
+    ``retry``, ``lease``, ``max_attempts`` and ``timeout`` are this slice's defaults for types
+    that declare none; a processor's own settings still win, and the worker's apply when
+    neither is set.
     """
 
-    def __init__(self, *, retry: Any | None = None, lease: Any | None = None) -> None:
+    def __init__(
+        self,
+        *,
+        retry: Any | None = None,
+        lease: Any | None = None,
+        max_attempts: MaxAttempts = UNSET,
+        timeout: timedelta | float | None = None,
+    ) -> None:
         self._types: dict[str, JobType[Any, Any]] = {}
         self.retry = retry
         self.lease = lease
+        self.max_attempts = validate_max_attempts(max_attempts, "JobTypes(max_attempts=...)")
+        self.timeout = validate_timeout(timeout, "JobTypes(timeout=...)")
 
     @overload
     def define(
@@ -163,6 +245,10 @@ class JobTypes:
         retry: Any | None = ...,
         lease: Any | None = ...,
         max_payload_bytes: int = ...,
+        max_attempts: MaxAttempts = ...,
+        timeout: timedelta | float | None = ...,
+        fail_on: Iterable[type[BaseException]] = ...,
+        runs_after_failed_blockers: bool = ...,
     ) -> JobType[I, O]: ...
 
     @overload
@@ -178,6 +264,10 @@ class JobTypes:
         retry: Any | None = ...,
         lease: Any | None = ...,
         max_payload_bytes: int = ...,
+        max_attempts: MaxAttempts = ...,
+        timeout: timedelta | float | None = ...,
+        fail_on: Iterable[type[BaseException]] = ...,
+        runs_after_failed_blockers: bool = ...,
     ) -> JobType[I, None]: ...
 
     @overload
@@ -193,6 +283,10 @@ class JobTypes:
         retry: Any | None = ...,
         lease: Any | None = ...,
         max_payload_bytes: int = ...,
+        max_attempts: MaxAttempts = ...,
+        timeout: timedelta | float | None = ...,
+        fail_on: Iterable[type[BaseException]] = ...,
+        runs_after_failed_blockers: bool = ...,
     ) -> JobType[None, O]: ...
 
     @overload
@@ -208,6 +302,10 @@ class JobTypes:
         retry: Any | None = ...,
         lease: Any | None = ...,
         max_payload_bytes: int = ...,
+        max_attempts: MaxAttempts = ...,
+        timeout: timedelta | float | None = ...,
+        fail_on: Iterable[type[BaseException]] = ...,
+        runs_after_failed_blockers: bool = ...,
     ) -> JobType[None, None]: ...
 
     def define(
@@ -222,6 +320,10 @@ class JobTypes:
         retry: Any | None = None,
         lease: Any | None = None,
         max_payload_bytes: int = MAX_PAYLOAD_BYTES,
+        max_attempts: MaxAttempts = UNSET,
+        timeout: timedelta | float | None = None,
+        fail_on: Iterable[type[BaseException]] = (),
+        runs_after_failed_blockers: bool = False,
     ) -> JobType[Any, Any]:
         """Declare a job type in this slice and return it (a duplicate name is an error)."""
         validate_type_name(name)
@@ -233,6 +335,13 @@ class JobTypes:
             raise InvalidArgumentError(
                 f"max_payload_bytes must be a positive integer, got {max_payload_bytes!r}"
             )
+        if not isinstance(runs_after_failed_blockers, bool):
+            raise InvalidArgumentError(
+                f"runs_after_failed_blockers must be True or False, got {runs_after_failed_blockers!r}"
+            )
+        max_attempts = validate_max_attempts(max_attempts, f"{name}: max_attempts")
+        checked_timeout = validate_timeout(timeout, f"{name}: timeout")
+        checked_fail_on = validate_fail_on(fail_on, f"{name}: fail_on")
         job_type: JobType[Any, Any] = JobType(
             name=name,
             input_type=_declared(input),
@@ -243,6 +352,10 @@ class JobTypes:
             retry=retry if retry is not None else self.retry,
             lease=lease if lease is not None else self.lease,
             max_payload_bytes=max_payload_bytes,
+            max_attempts=max_attempts if max_attempts is not UNSET else self.max_attempts,
+            timeout=checked_timeout if checked_timeout is not None else self.timeout,
+            fail_on=checked_fail_on,
+            runs_after_failed_blockers=runs_after_failed_blockers,
         )
         self._types[name] = job_type
         return job_type

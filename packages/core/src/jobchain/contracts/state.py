@@ -2,6 +2,26 @@
 
 Every operation is a single round trip wherever the engine allows it. Times are aware UTC
 datetimes; ``now=None`` means the adapter's own clock. Suite: ``jobchain_conformance``.
+
+Terminal statuses and what follows them (the lifecycle):
+
+* A chain's status is its last job's. A blocked job is always its chain's last job.
+* **Fencing.** A worker's renewal, completion, reschedule or failure of a job that was
+  cancelled meanwhile raises :class:`JobCancelledError` and changes nothing; of a job that
+  another attempt failed, :class:`JobTakenByAnotherWorkerError`. A workerless completion,
+  reschedule or failure of a failed or cancelled job raises :class:`JobFinishedError`.
+* **Propagation.** When a chain becomes failed or cancelled (its last job does), every job in
+  status ``blocked`` that declared it as a blocker reacts in the same operation: one created
+  with ``runs_after_failed_blockers`` counts that blocker as resolved (it goes
+  ``blocked → pending``, ``scheduled_at = max(scheduled_at, now)``, once every blocker chain
+  is terminal); any other becomes ``failed`` (``failed_at = now``, ``failed_by_chain_id`` = the
+  blocker chain, ``last_attempt_error`` = "blocker chain <id> (<type>) failed" or "... was
+  cancelled", and an :class:`AttemptError` of type ``BlockerChainFailed`` or
+  ``BlockerChainCancelled`` appended, worker None, attempt = its current ``attempt``) — and its
+  own chain failing propagates in turn, down the whole graph. Completion unblocking counts a
+  failed or cancelled blocker as resolved for a ``runs_after_failed_blockers`` job too.
+* **Error history.** ``attempt_errors`` keeps the last :data:`ATTEMPT_ERRORS_KEPT` entries,
+  oldest first; an operation that appends one drops the oldest beyond that.
 """
 
 from __future__ import annotations
@@ -14,6 +34,7 @@ from typing import Literal, Protocol, runtime_checkable
 
 from jobchain.contracts.capabilities import Capability
 from jobchain.entities import (
+    AttemptError,
     Chain,
     Deduplication,
     Job,
@@ -29,6 +50,7 @@ from jobchain.errors import (
     InvalidArgumentError,
     InvalidPageSizeError,
     JobAlreadyCompletedError,
+    JobCancelledError,
     JobchainError,
     JobNotFoundError,
     JobTakenByAnotherWorkerError,
@@ -79,11 +101,17 @@ class NewJob:
     blocker_chain_ids: Sequence[str] = ()
     trace_context: JsonValue = None
     chain_trace_context: JsonValue = None
+    runs_after_failed_blockers: bool = False
+    """Stored on the job: see the module docstring's *Propagation*."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class JobsCreate:
-    """Insert jobs in one batch; equal (deduplication key, chain type) items collapse onto the first."""
+    """Insert jobs in one batch; equal (deduplication key, chain type) items collapse onto the first.
+
+    Deduplication scope ``incomplete`` matches a chain whose last job is not terminal (not
+    completed, failed or cancelled): a failed chain never holds its key.
+    """
 
     jobs: Sequence[NewJob]
     now: datetime | None = None
@@ -204,8 +232,10 @@ class JobRenewLease:
 class JobReschedule:
     """Return a job to ``pending`` at ``schedule`` (clamped to now), recording ``error``.
 
-    With ``worker_id`` the caller must own the lease (same errors as renewal); without it
-    any non-completed job may be rescheduled. The lease is cleared.
+    With ``worker_id`` the caller must own the lease (same errors as renewal, and
+    JobCancelledError for a cancelled job); without it any blocked, pending or running job may
+    be rescheduled (JobFinishedError for a failed or cancelled one). The lease is cleared;
+    ``attempt_error``, if given, is appended to the error history.
     """
 
     job_id: str
@@ -213,7 +243,151 @@ class JobReschedule:
     error: str
     worker_id: str | None = None
     lease_generation: int | None = None
+    attempt_error: AttemptError | None = None
     now: datetime | None = None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class JobFail:
+    """Fail a job for good: status ``failed``, ``failed_at = now``, lease cleared,
+    ``last_attempt_error = error``, ``attempt_error`` (if given) appended to the history.
+
+    Fencing as :class:`JobReschedule`. Failure propagates to the jobs blocked by the job's
+    chain in the same operation (module docstring, *Propagation*).
+    """
+
+    job_id: str
+    error: str
+    worker_id: str | None = None
+    lease_generation: int | None = None
+    attempt_error: AttemptError | None = None
+    now: datetime | None = None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class JobFailed:
+    """The failed job and what its failure did downstream.
+
+    ``failed_jobs``: jobs failed by propagation (every level), each its chain's last job, so
+    each is a chain that just failed. ``unblocked_jobs``: ``runs_after_failed_blockers`` jobs
+    that became pending.
+    """
+
+    job: Job
+    failed_jobs: list[Job] = field(default_factory=list)
+    unblocked_jobs: list[Job] = field(default_factory=list)
+    previous_leased_by: str | None = None
+    was_running: bool = False
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ChainsCancel:
+    """Cancel chains: each chain's last job, if blocked, pending or running, becomes
+    ``cancelled`` (``cancelled_at = now``, ``cancel_reason = reason``, lease cleared).
+
+    All-or-nothing: if any id is not a chain or its chain is already terminal, nothing changes
+    and the result lists them instead. Propagates like a failure (module docstring). A running
+    job's attempt is fenced from then on; the adapter must not wait for that attempt to end
+    even where it holds its job's row lock (atomic mode) — an engine that cannot avoid the
+    wait (one writer at a time) documents it.
+    """
+
+    chain_ids: Sequence[str]
+    reason: str | None = None
+    now: datetime | None = None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ChainsCancelled:
+    """The cancelled jobs (each chain's last job, as it is now), which of them were running
+    (their workers must be told: publish ownership lost), and the propagation."""
+
+    cancelled: list[Job] = field(default_factory=list)
+    running_job_ids: list[str] = field(default_factory=list)
+    previous_leased_by: dict[str, str] = field(default_factory=dict)
+    failed_jobs: list[Job] = field(default_factory=list)
+    unblocked_jobs: list[Job] = field(default_factory=list)
+    not_found: list[str] = field(default_factory=list)
+    not_cancellable: list[tuple[str, str]] = field(default_factory=list)
+    """(chain id, its status) for each chain that is already completed, failed or cancelled."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class JobsRetry:
+    """Redrive failed or cancelled jobs with a fresh attempt budget; the history stays.
+
+    Each job: ``attempt_base = attempt``; ``failed_at``, ``cancelled_at``, ``cancel_reason``,
+    ``failed_by_chain_id`` and the lease cleared; ``attempt``, ``attempt_errors`` and
+    ``last_attempt_error`` kept; status ``pending`` at ``schedule`` (now if None, clamped to now)
+    — or ``blocked`` while one of its blocker chains is not terminal.
+
+    Dependents follow: every job that failed because of a retried job's chain
+    (``failed_by_chain_id``), and recursively theirs, goes back to ``blocked`` with the same
+    resets (its open blockers counted again). All-or-nothing: a missing id, a job that is not
+    failed or cancelled, or one whose failure came from a blocker chain that is still failed or
+    cancelled, changes nothing and is listed instead.
+    """
+
+    job_ids: Sequence[str]
+    schedule: Schedule | None = None
+    now: datetime | None = None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class JobsRetried:
+    """The retried jobs, the dependents returned to ``blocked`` with them, and the refusals."""
+
+    retried: list[Job] = field(default_factory=list)
+    reblocked: list[Job] = field(default_factory=list)
+    not_found: list[str] = field(default_factory=list)
+    not_retryable: list[tuple[str, str]] = field(default_factory=list)
+    """(job id, its status) for each job that is not failed or cancelled."""
+    blocked_by_failed: list[tuple[str, str]] = field(default_factory=list)
+    """(job id, blocker chain id) for each job whose ``failed_by_chain_id`` chain is still
+    failed or cancelled: retry that chain instead."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ChainsPrune:
+    """Retention: delete up to ``limit`` terminal chains that finished before the cutoff for
+    their status, oldest first. ``None`` keeps that status forever.
+
+    A chain qualifies when its last job is ``completed`` with ``completed_at <
+    completed_before``, ``failed`` with ``failed_at < failed_before`` or ``cancelled`` with
+    ``cancelled_at < cancelled_before``. Every job and blocker row of a deleted chain goes with
+    it, as in :class:`ChainsDelete`; a qualifying chain that blocks a job outside the deleted
+    set is skipped (kept until its dependents go). One caller at a time: a call that finds
+    another prune in progress returns at once with ``busy=True`` and deletes nothing.
+    ``locks_before`` also deletes deduplication bookkeeping (where the adapter keeps any)
+    last used before it.
+    """
+
+    completed_before: datetime | None = None
+    failed_before: datetime | None = None
+    cancelled_before: datetime | None = None
+    locks_before: datetime | None = None
+    limit: int = 500
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.limit, int) or isinstance(self.limit, bool) or self.limit < 1:
+            raise InvalidArgumentError(f"prune limit must be a positive integer, got {self.limit!r}")
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class PrunedChain:
+    """A chain deleted by retention: its id, chain type and terminal status."""
+
+    id: str
+    type_name: str
+    status: str
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ChainsPruned:
+    """The deleted chains, and whether another prune held the lock (nothing was deleted)."""
+
+    chains: list[PrunedChain] = field(default_factory=list)
+    busy: bool = False
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -222,7 +396,9 @@ class JobComplete:
 
     If no continuation (``chain_index + 1``) exists, the chain is complete and every job
     whose blockers are now all complete goes ``blocked → pending`` with
-    ``scheduled_at = max(scheduled_at, now)`` in the same operation.
+    ``scheduled_at = max(scheduled_at, now)`` in the same operation. Refusals: JobNotFoundError,
+    JobAlreadyCompletedError, JobTakenByAnotherWorkerError, JobCancelledError (worker
+    completions); JobFinishedError (a workerless completion of a failed or cancelled job).
     """
 
     job_id: str
@@ -250,7 +426,9 @@ class JobsReapExpired:
     Oldest lease first; rows locked elsewhere and ``exclude_job_ids`` are skipped. Each reaped
     job records the rescue: ``rescued_at = now``, ``rescued_from`` = the expired lease's
     holder, ``rescue_reason = "lease_expired"``, and ``last_attempt_error`` a readable line
-    naming that worker (the abandoned attempt left no error of its own).
+    naming that worker (the abandoned attempt left no error of its own); the same line is
+    appended to the error history as an :class:`AttemptError` of type ``AttemptAbandoned``
+    (``attempt`` = the abandoned attempt, ``worker_id`` = its holder).
     """
 
     type_names: Sequence[str]
@@ -318,7 +496,8 @@ class WorkerHeartbeat:
     With ``release_dead=True``, every other row in state ``running`` or ``draining`` whose
     ``alive_until`` passed becomes ``dead``, and the running jobs leased by those workers
     return to ``pending`` (lease cleared, ``rescued_at = now``, ``rescued_from`` = that
-    worker, ``rescue_reason = "worker_dead"``, ``last_attempt_error`` a readable line).
+    worker, ``rescue_reason = "worker_dead"``, ``last_attempt_error`` a readable line, also
+    appended to the error history as with a reap).
     Rows locked by another transaction are skipped (their lease expiry still rescues them).
     Late writes from the presumed-dead worker are fenced as after any lost lease.
 
@@ -399,13 +578,18 @@ class ChainsList:
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class JobsList:
-    """List jobs by ``created_at`` (then id); bounds are inclusive."""
+    """List jobs by ``created_at`` (then id); bounds are inclusive.
+
+    ``error_types`` matches the type of the last entry of a job's error history (dead letters
+    by error: ``statuses=["failed"], error_types=["TimeoutError"]``).
+    """
 
     type_names: Sequence[str] = ()
     chain_type_names: Sequence[str] = ()
     chain_ids: Sequence[str] = ()
     job_ids: Sequence[str] = ()
     statuses: Sequence[str] = ()
+    error_types: Sequence[str] = ()
     created_from: datetime | None = None
     created_to: datetime | None = None
     order: Order = "desc"
@@ -466,6 +650,10 @@ class StateTx(Protocol):
     async def job_renew_lease(self, params: JobRenewLease) -> Job: ...
     async def job_reschedule(self, params: JobReschedule) -> Job: ...
     async def job_complete(self, params: JobComplete) -> JobCompleted: ...
+    async def job_fail(self, params: JobFail) -> JobFailed: ...
+    async def chains_cancel(self, params: ChainsCancel) -> ChainsCancelled: ...
+    async def jobs_retry(self, params: JobsRetry) -> JobsRetried: ...
+    async def chains_prune(self, params: ChainsPrune) -> ChainsPruned: ...
     async def jobs_reap_expired(self, params: JobsReapExpired) -> list[Job]: ...
     async def worker_heartbeat(self, params: WorkerHeartbeat) -> WorkerHeartbeatResult: ...
     async def workers_list(self, params: WorkersList) -> list[WorkerInfo]: ...
@@ -549,7 +737,12 @@ class ReservesConnections(Protocol):
         ...
 
 
-COMPLETION_REFUSALS = (JobNotFoundError, JobAlreadyCompletedError, JobTakenByAnotherWorkerError)
+COMPLETION_REFUSALS = (
+    JobNotFoundError,
+    JobAlreadyCompletedError,
+    JobTakenByAnotherWorkerError,
+    JobCancelledError,
+)
 """The errors with which a state adapter refuses a completion without writing anything."""
 
 
@@ -560,7 +753,8 @@ class CompletesJobsInBatches(Protocol):
     async def jobs_complete(self, params: Sequence[JobComplete]) -> list[JobCompleted | JobchainError]:
         """Complete each job exactly as ``job_complete`` would, in order, in this transaction.
 
-        A refusal (JobNotFoundError, JobAlreadyCompletedError, JobTakenByAnotherWorkerError)
-        changes nothing and is returned in that job's place; any other error fails the call.
+        A refusal (JobNotFoundError, JobAlreadyCompletedError, JobTakenByAnotherWorkerError,
+        JobCancelledError) changes nothing and is returned in that job's place; any other error
+        fails the call.
         """
         ...

@@ -16,6 +16,10 @@ class AbortReason(StrEnum):
     ALREADY_COMPLETED = "already_completed"
     ERROR = "error"
     SHUTDOWN = "shutdown"
+    CANCELLED = "cancelled"
+    """The job's chain was cancelled (``client.cancel_chain``) while the attempt ran."""
+    TIMEOUT = "timeout"
+    """The handler ran past its job type's ``timeout``; it is cancelled after a short grace."""
 
 
 class AttemptAbortedError(JobchainError):
