@@ -14,6 +14,7 @@ from jobchain_conformance.suites.integration_blockers import BlockerTests
 from jobchain_conformance.suites.integration_concurrency import WorkerConcurrencyTests
 from jobchain_conformance.suites.integration_deletion import DeletionTests, WorkerlessCompletionTests
 from jobchain_conformance.suites.integration_leases import LeaseTests
+from jobchain_conformance.suites.integration_lifecycle import LifecycleIntegrationTests
 from jobchain_conformance.suites.integration_middleware import MiddlewareTests
 from jobchain_conformance.suites.integration_modes import ErrorPositionTests, ProcessingModeTests
 from jobchain_conformance.suites.integration_processing import ChainTests, ProcessingTests
@@ -55,6 +56,7 @@ from jobchain_conformance.suites.state_create import JobsCreateDeduplicationTest
 from jobchain_conformance.suites.state_delete import ChainsDeleteTests
 from jobchain_conformance.suites.state_isolation import ConcurrencyTests, ReadIsolationTests
 from jobchain_conformance.suites.state_leases import JobCompleteTests, JobRenewLeaseTests, JobRescheduleTests
+from jobchain_conformance.suites.state_lifecycle import LifecycleStateTests
 from jobchain_conformance.suites.state_listing import (
     BlockedJobsListTests,
     ChainJobsListTests,
@@ -113,6 +115,7 @@ class StateAdapterSuite(
     JobAttemptTimesTests,
     JobsTriggerTests,
     ChainsDeleteTests,
+    LifecycleStateTests,
     ResultOrderTests,
     RefusedArgumentTests,
     ChainsListTests,
@@ -165,6 +168,7 @@ class IntegrationSuite(
     BatchProcessingTests,
     MiddlewareTests,
     RescueTests,
+    LifecycleIntegrationTests,
     ShutdownTests,
     NotifyResilienceTests,
     StateResilienceTests,
