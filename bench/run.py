@@ -18,39 +18,19 @@ from __future__ import annotations
 import json
 import os
 import platform
-import subprocess
 import sys
 import time
-import venv
 from datetime import UTC, datetime
 from pathlib import Path
 
+from benchenv import ensure_venv
+
 BENCH = Path(__file__).resolve().parent
 ROOT = BENCH.parent
-VENV = BENCH / ".venv"
-PACKAGES = ["packages/core", "packages/sqlite", "packages/postgres", "packages/redis", "packages/nats"]
-
-
-def ensure_venv() -> None:
-    """Re-exec inside bench/.venv, creating or refreshing it when requirements changed."""
-    python = VENV / "bin" / "python"
-    stamp = VENV / ".installed"
-    wanted = (BENCH / "requirements.txt").read_text() + "\n".join(PACKAGES)
-    if not stamp.exists() or stamp.read_text() != wanted:
-        print("bench: preparing bench/.venv (peers at their latest release)", flush=True)
-        if not python.exists():
-            venv.create(VENV, with_pip=True)
-        pip = [str(python), "-m", "pip", "install", "--quiet"]
-        subprocess.run([*pip, "--upgrade", "pip"], check=True)
-        subprocess.run([*pip, "--upgrade", "-r", str(BENCH / "requirements.txt")], check=True)
-        subprocess.run([*pip, *(x for p in PACKAGES for x in ("-e", str(ROOT / p)))], check=True)
-        stamp.write_text(wanted)
-    if Path(sys.prefix).resolve() != VENV.resolve():
-        os.execv(str(python), [str(python), __file__, *sys.argv[1:]])
 
 
 if __name__ == "__main__":
-    ensure_venv()
+    ensure_venv(__file__)
 
 sys.path.insert(0, str(BENCH))
 from common import LOOP, TMP, CpuMeter, pg_url  # noqa: E402
