@@ -3,7 +3,8 @@
 Statements return scalar columns (names starting with ``_``) followed by one or more whole job
 rows (``j.*``). A job row starts at a column named ``id``; its columns are read by name, so a
 later migration that appends a column changes nothing here. The rescue columns (migration 0005)
-read as None where a schema does not have them yet.
+and the lifecycle columns (migration 0006) read as their defaults where a schema does not have
+them yet.
 """
 
 from __future__ import annotations
@@ -20,7 +21,16 @@ from psycopg.abc import Buffer
 from psycopg.adapt import Loader
 
 from jobchain.contracts.state import NewJob
-from jobchain.entities import CANONICAL_ID, Job, JobStatus, JsonValue, Schedule, WorkerInfo, WorkerState
+from jobchain.entities import (
+    CANONICAL_ID,
+    Job,
+    JobStatus,
+    JsonValue,
+    Schedule,
+    WorkerInfo,
+    WorkerState,
+    attempt_errors_from_json,
+)
 from jobchain.errors import InvalidArgumentError, InvalidJobIdError
 
 Row = tuple[Any, ...]
@@ -64,20 +74,49 @@ _JOB_FIELDS = (
 
 _RESCUE_FIELDS = ("rescued_at", "rescued_from", "rescue_reason")
 _NO_RESCUE = (None, None, None)
+_LIFECYCLE_FIELDS = (
+    "attempt_errors",
+    "attempt_base",
+    "failed_at",
+    "cancelled_at",
+    "cancel_reason",
+    "failed_by_chain_id",
+    "runs_after_failed_blockers",
+)
+_NO_LIFECYCLE = (None, 0, None, None, None, None, False)
 
 
 def _fields_getter(group: dict[str, int]) -> Callable[[Row], tuple[Any, ...]] | None:
-    """One getter that picks a group's job fields (rescue fields last) in one C call.
+    """One getter that picks a group's job fields (rescue, then lifecycle fields last) in one C call.
 
-    Decoding jobs is on every claim and completion. A schema from before migration 0005 has no
-    rescue columns: its jobs read with none recorded.
+    Decoding jobs is on every claim and completion. A schema from before migration 0005 (0006)
+    has no rescue (lifecycle) columns: its jobs read with none recorded.
     """
     if not all(name in group for name in _JOB_FIELDS):
         return None
-    if all(name in group for name in _RESCUE_FIELDS):
-        return itemgetter(*(group[name] for name in (*_JOB_FIELDS, *_RESCUE_FIELDS)))
-    base = itemgetter(*(group[name] for name in _JOB_FIELDS))
-    return lambda row: (*base(row), *_NO_RESCUE)
+    names = list(_JOB_FIELDS)
+    has_rescue = all(name in group for name in _RESCUE_FIELDS)
+    has_lifecycle = all(name in group for name in _LIFECYCLE_FIELDS)
+    if has_rescue:
+        names += _RESCUE_FIELDS
+    if has_lifecycle:
+        names += _LIFECYCLE_FIELDS
+    getter = itemgetter(*(group[name] for name in names))
+    if has_rescue and has_lifecycle:
+        return getter
+    rescue = () if has_rescue else _NO_RESCUE
+    lifecycle = () if has_lifecycle else _NO_LIFECYCLE
+    if has_rescue:
+        return lambda row: (*getter(row), *lifecycle)
+    if has_lifecycle:
+        cut = len(_JOB_FIELDS)
+
+        def with_lifecycle(row: Row) -> tuple[Any, ...]:
+            picked = getter(row)
+            return (*picked[:cut], *rescue, *picked[cut:])
+
+        return with_lifecycle
+    return lambda row: (*getter(row), *rescue, *lifecycle)
 
 
 class Shape:
@@ -133,6 +172,13 @@ class Shape:
             rescued_at,
             rescued_from,
             rescue_reason,
+            attempt_errors,
+            attempt_base,
+            failed_at,
+            cancelled_at,
+            cancel_reason,
+            failed_by_chain_id,
+            runs_after_failed_blockers,
         ) = fields(row)
         if id_ is None:
             return None
@@ -163,6 +209,13 @@ class Shape:
             rescued_at=utc_or_none(rescued_at),
             rescued_from=rescued_from,
             rescue_reason=rescue_reason,
+            attempt_errors=attempt_errors_from_json(attempt_errors) if attempt_errors else (),
+            attempt_base=attempt_base,
+            failed_at=None if failed_at is None else utc(failed_at),
+            cancelled_at=None if cancelled_at is None else utc(cancelled_at),
+            cancel_reason=cancel_reason,
+            failed_by_chain_id=failed_by_chain_id,
+            runs_after_failed_blockers=runs_after_failed_blockers,
         )
 
     def must_job(self, row: Row, group: int = 0) -> Job:

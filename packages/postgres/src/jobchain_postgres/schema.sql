@@ -11,7 +11,7 @@ CREATE TABLE {migration} (
     applied_at timestamptz NOT NULL DEFAULT now()
 );
 
-CREATE TYPE {job_status} AS ENUM ('blocked', 'pending', 'running', 'completed');
+CREATE TYPE {job_status} AS ENUM ('blocked', 'pending', 'running', 'completed', 'failed', 'cancelled');
 
 -- One row per job. A chain is its root job (chain_index 0, chain_id = id) plus continuations
 -- sharing chain_id with increasing chain_index. fillfactor 75 leaves room for HOT updates: a job
@@ -44,6 +44,13 @@ CREATE TABLE {job} (
     rescued_at          timestamptz,                 -- the last rescue: attempt abandoned, job pending again
     rescued_from        text,                        -- the worker whose attempt was abandoned
     rescue_reason       text,                        -- 'lease_expired' or 'worker_dead'
+    attempt_errors      jsonb,                       -- error history: JSON array, oldest first, last 10
+    attempt_base        integer NOT NULL DEFAULT 0,  -- attempt when last retried (budget = attempt - base)
+    failed_at           timestamptz,                 -- set when failed, cleared by a retry
+    cancelled_at        timestamptz,                 -- set when cancelled, cleared by a retry
+    cancel_reason       text,                        -- the reason given to cancel_chain
+    failed_by_chain_id  uuid,                        -- the blocker chain whose failure failed this job
+    runs_after_failed_blockers boolean NOT NULL DEFAULT false, -- runs once blockers are terminal, whatever their status
     CHECK ((chain_index = 0) = (id = chain_id))
 ) WITH (
     fillfactor = 75,
