@@ -1,4 +1,4 @@
-"""The client: start, complete, trigger, delete, query and await chains.
+"""The client: start, complete, trigger, cancel, retry, delete, query and await chains.
 
 Every write runs inside the caller's transaction (``async with client.transaction() as
 tx``) and is validated before the first statement, so bad input writes nothing. The
@@ -14,7 +14,8 @@ from dataclasses import dataclass
 from types import TracebackType
 from typing import Any, Generic, TypeVar
 
-from jobchain.client_queries import ClientQueries, Clock, TypeRef
+from jobchain.client_lifecycle import ChainsRetried, ClientLifecycle
+from jobchain.client_queries import Clock, TypeRef
 from jobchain.completion import (
     Completion,
     blocker_ids,
@@ -91,8 +92,8 @@ _use_slot_setting_init(ChainStarted)
 _PLAIN_LISTS = (tuple, list)
 
 
-class Client(ClientQueries):
-    """Starts, completes, triggers, deletes, queries and awaits chains.
+class Client(ClientLifecycle):
+    """Starts, completes, triggers, cancels, retries, deletes, queries and awaits chains.
 
     ``state`` and ``notify`` are opened adapters (``notify=None``: waiters and workers
     poll); ``job_types`` is the merged registry; ``observers`` receive events after commit;
@@ -324,6 +325,7 @@ class Client(ClientQueries):
                     deduplication=deduplication,
                     schedule=schedule if schedule is None else check_schedule(schedule),
                     blocker_chain_ids=blocker_chain_ids,
+                    runs_after_failed_blockers=job_type.runs_after_failed_blockers,
                 )
             )
         return jobs
@@ -483,3 +485,6 @@ async def connect(
         if not isinstance(state_url, StateAdapter):
             await state.close()
         raise
+
+
+__all__ = ["ChainStart", "ChainStarted", "ChainsRetried", "Client", "connect"]

@@ -34,6 +34,8 @@ from jobchain.contracts.state import (
 from jobchain.entities import Chain, Job, JobStatus, Page, WorkerInfo, WorkerState, validate_id
 from jobchain.errors import (
     AdapterClosedError,
+    ChainCancelledError,
+    ChainFailedError,
     ChainNotFoundError,
     InvalidArgumentError,
     JobTypeMismatchError,
@@ -75,6 +77,17 @@ def _statuses(values: Sequence[JobStatus | str]) -> list[str]:
     except ValueError:
         valid = ", ".join(s.value for s in JobStatus)
         raise InvalidArgumentError(f"statuses must be among {valid}; got {list(values)!r}") from None
+
+
+def error_type_names(values: Sequence[str]) -> list[str]:
+    """``values`` as a list of error type names (non-empty strings), or InvalidArgumentError."""
+    _require_list("error_types", values)
+    for value in values:
+        if not isinstance(value, str) or not value:
+            raise InvalidArgumentError(
+                f"error_types must list error type names such as 'TimeoutError', got {value!r}"
+            )
+    return list(values)
 
 
 def _worker_states(values: Sequence[WorkerState | str]) -> list[str]:
@@ -193,7 +206,8 @@ class ClientQueries:
         limit: int = DEFAULT_PAGE_SIZE,
         tx: Transaction | None = None,
     ) -> Page[Chain]:
-        """Chains by root creation time (newest first by default); ``statuses`` match the last job.
+        """Chains by root creation time (newest first by default); ``statuses`` match the last job
+        (``failed`` and ``cancelled`` included).
 
         ``root_only`` leaves out chains used as a blocker; time bounds are inclusive.
         """
@@ -220,6 +234,7 @@ class ClientQueries:
         chain_ids: Sequence[str] = (),
         job_ids: Sequence[str] = (),
         statuses: Sequence[JobStatus | str] = (),
+        error_types: Sequence[str] = (),
         created_from: datetime | None = None,
         created_to: datetime | None = None,
         order: Order = "desc",
@@ -227,13 +242,19 @@ class ClientQueries:
         limit: int = DEFAULT_PAGE_SIZE,
         tx: Transaction | None = None,
     ) -> Page[Job]:
-        """Jobs by creation time (newest first by default); time bounds are inclusive."""
+        """Jobs by creation time (newest first by default); time bounds are inclusive.
+
+        ``statuses`` include ``failed`` and ``cancelled``; ``error_types`` matches the type of a
+        job's last recorded error (``statuses=["failed"], error_types=["TimeoutError"]``: dead
+        letters by error). Each job carries its error history in ``attempt_errors``.
+        """
         params = JobsList(
             type_names=_names("type_names", type_names),
             chain_type_names=_names("chain_type_names", chain_type_names),
             chain_ids=_ids("chain_ids", chain_ids),
             job_ids=_ids("job_ids", job_ids),
             statuses=_statuses(statuses),
+            error_types=error_type_names(error_types),
             created_from=_aware("created_from", created_from),
             created_to=_aware("created_to", created_to),
             order=order,
@@ -306,10 +327,12 @@ class ClientQueries:
     ) -> Chain:
         """Wait until the chain is completed and return it.
 
-        Wakes on the chain-completed notification and re-checks every ``poll_interval``
-        seconds in case a notification is lost. Raises WaitChainTimeoutError after
-        ``timeout`` seconds, ChainNotFoundError if the chain does not exist (or is deleted
-        while waiting); cancelling the caller cancels the wait.
+        Wakes on the chain-finished notification and re-checks every ``poll_interval``
+        seconds in case a notification is lost. As soon as the chain is failed it raises
+        ChainFailedError (``job``: its failed last job, ``error``: that job's last error), as
+        soon as it is cancelled ChainCancelledError (``job``, ``reason``). Raises
+        WaitChainTimeoutError after ``timeout`` seconds, ChainNotFoundError if the chain does
+        not exist (or is deleted while waiting); cancelling the caller cancels the wait.
         """
         chain_id = validate_id(chain_id)
         timeout = positive_seconds("timeout", timeout)
@@ -333,8 +356,13 @@ class ClientQueries:
                     chain = await self.get_chain(chain_id, job_type=job_type)
                     if chain is None:
                         raise ChainNotFoundError(chain_id)
-                    if chain.status is JobStatus.COMPLETED:
+                    status = chain.status
+                    if status is JobStatus.COMPLETED:
                         return chain
+                    if status is JobStatus.FAILED:
+                        raise ChainFailedError(chain_id, chain.last, chain.last.last_attempt_error)
+                    if status is JobStatus.CANCELLED:
+                        raise ChainCancelledError(chain_id, chain.last, chain.last.cancel_reason)
                     try:
                         async with asyncio.timeout(poll_interval):
                             await woken.wait()

@@ -20,6 +20,7 @@ from jobchain.contracts.state import (
     JobComplete,
     JobCompleted,
     JobCreated,
+    JobFailed,
     JobsCreate,
     NewJob,
     StateTx,
@@ -255,6 +256,7 @@ async def _continuation_job(
         input=encoded_input,
         schedule=schedule,
         blocker_chain_ids=ids,
+        runs_after_failed_blockers=next_type.runs_after_failed_blockers,
     )
 
 
@@ -289,6 +291,63 @@ def _buffer_finished(
             hooks.event("job_unblocked", **_job_attrs(unblocked), blocker_chain_id=job.chain_id)
         if unblocked.status is JobStatus.PENDING:
             hooks.job_scheduled(unblocked.type_name)
+
+
+def buffer_propagation(
+    hooks: TransactionHooks, failed_jobs: Sequence[Job], unblocked_jobs: Sequence[Job]
+) -> None:
+    """Buffer what a chain failing or being cancelled did downstream (after commit).
+
+    Each job failed by propagation is its chain's last job, so its chain just finished: the
+    "chain completed" channel (which means "chain finished") wakes its waiters, who then read
+    it as failed. ``runs_after_failed_blockers`` jobs that became pending get a wake-up. The
+    ``job_unblocked`` events carry ``blocker_chain_id=None``: the propagation may have run
+    through several levels, so no single blocker resolved them.
+    """
+    events = hooks.records_events
+    for job in failed_jobs:
+        hooks.chain_completed(job.chain_id)
+        if events:
+            hooks.event(
+                "job_failed",
+                **_job_attrs(job),
+                worker_id=None,
+                error=job.last_attempt_error,
+                failed_by_chain_id=job.failed_by_chain_id,
+            )
+            hooks.event("chain_failed", chain_id=job.chain_id, chain_type_name=job.chain_type_name)
+    for job in unblocked_jobs:
+        if events:
+            hooks.event("job_unblocked", **_job_attrs(job), blocker_chain_id=None)
+        if job.status is JobStatus.PENDING:
+            hooks.job_scheduled(job.type_name)
+
+
+def buffer_failed(hooks: TransactionHooks, failed: JobFailed, *, worker_id: str | None) -> None:
+    """Buffer the notifications and events of a ``job_fail`` (and its propagation).
+
+    A failed job is its chain's last job: its chain finished, so its waiters are woken (they
+    raise ChainFailedError). A workerless failure of a running job tells its worker to stop.
+    """
+    job = failed.job
+    if worker_id is None and failed.was_running:
+        hooks.ownership_lost(job.id)
+    hooks.chain_completed(job.chain_id)
+    if hooks.records_events:
+        hooks.event(
+            "job_failed",
+            **_job_attrs(job),
+            worker_id=worker_id,
+            error=job.last_attempt_error,
+            failed_by_chain_id=job.failed_by_chain_id,
+        )
+        hooks.event("chain_failed", chain_id=job.chain_id, chain_type_name=job.chain_type_name)
+    buffer_propagation(hooks, failed.failed_jobs, failed.unblocked_jobs)
+
+
+def job_attrs(job: Job) -> dict[str, Any]:
+    """The attributes every job event carries (id, type, chain id, chain type)."""
+    return _job_attrs(job)
 
 
 class Completion(Generic[I, O]):
