@@ -15,13 +15,14 @@ from jobchain_spark.errors import (
     MissingColumnError,
     NullKeyError,
     RowValidationError,
+    SchemaVersionError,
     SparkOptionError,
     UnknownTableError,
     UnsupportedBackendError,
 )
 from jobchain_spark.faults import Faults, InjectedFaultError
-from jobchain_spark.source import JobchainDataSource, parse_json, read_table, register
-from jobchain_spark.tables import spark_schema
+from jobchain_spark.source import JobchainDataSource, attempt_errors, parse_json, read_table, register
+from jobchain_spark.tables import ATTEMPT_ERRORS_SCHEMA, spark_schema
 
 if TYPE_CHECKING:
     from jobchain_spark.report import Report, build_report
@@ -45,11 +46,13 @@ def __getattr__(name: str) -> Any:
 
 
 __all__ = [
+    "ATTEMPT_ERRORS_SCHEMA",
     "ArchiveResult",
     "Faults",
     "InjectedFaultError",
     "Report",
     "archive",
+    "attempt_errors",
     "build_report",
     "read_archive",
     "write_report",
@@ -65,6 +68,7 @@ __all__ = [
     "MissingColumnError",
     "NullKeyError",
     "RowValidationError",
+    "SchemaVersionError",
     "SparkOptionError",
     "UnknownTableError",
     "UnsupportedBackendError",

@@ -1,14 +1,21 @@
-"""Archive: copy completed chains to Parquet, verify the copy, then delete them from the hot tables.
+"""Archive: copy finished chains to Parquet, verify the copy, then delete them from the hot tables.
+
+A chain is finished when its last job is ``completed``, ``failed`` or ``cancelled``; it is
+archived once it finished (``finished_at``: its last job's ``completed_at``, ``failed_at`` or
+``cancelled_at``) before the cutoff, whatever that status. Chains still blocked, pending or
+running are never archived.
 
 One run, in order (each step is safe to crash in; the next run finishes the job):
 
 1. Leftovers: files of runs still ``writing`` are removed with their manifest (they were
    never verified, so nothing was deleted for them). Runs ``verified`` but not ``deleted``
    get their deletions finished first.
-2. Plan: completed chains whose completion is older than the cutoff, minus chains already
+2. Plan: finished chains that finished before the cutoff, minus chains already
    in the archive, minus chains that still block a job outside the set (repeated until
    stable), so every deletion can go through the normal path without cascading.
-3. Write chains, jobs and blocker rows, partitioned by completion date, chain type and run.
+3. Write chains, jobs and blocker rows, partitioned by the date the chain finished (the
+   ``completed_date`` partition column, named so since the first archives: for a failed or
+   cancelled chain it is the day it failed or was cancelled), chain type and run.
 4. Verify by reading the run's files back: row counts and key sets must equal the plan.
    Only then does the manifest say ``verified``.
 5. Delete through ``Client.delete_chains`` in bounded batches (blocker references are
@@ -28,6 +35,7 @@ from dataclasses import dataclass, replace
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Final
 
+from jobchain.entities import TERMINAL_STATUSES
 from jobchain_spark.archive_delete import delete_chains_in_batches
 from jobchain_spark.archive_store import TABLES, ArchiveStore, Manifest
 from jobchain_spark.dialects import check_url
@@ -42,6 +50,8 @@ if TYPE_CHECKING:
 KEYS: Final = {"chains": ["id"], "jobs": ["id"], "blockers": ["job_id", "blocked_by_chain_id"]}
 PARTITION_COLUMNS: Final = ["completed_date", "chain_type", "run_id"]
 MAX_PLAN_ROUNDS: Final = 50
+FINISHED_STATUSES: Final = tuple(sorted(s.value for s in TERMINAL_STATUSES))
+"""A chain whose last job has one of these statuses is finished: it can be archived."""
 
 Progress = Callable[[str, int, int], None]
 """``progress(stage, done, total)``: called as deletion batches commit (the CLI draws a bar)."""
@@ -91,7 +101,7 @@ def resolve_cutoff(older_than: timedelta | None, cutoff: datetime | None, now: d
     if resolved > now:
         raise FutureCutoffError(
             "cutoff",
-            f"{resolved.isoformat()} is in the future; only chains completed before now can be archived",
+            f"{resolved.isoformat()} is in the future; only chains finished before now can be archived",
         )
     return resolved
 
@@ -109,7 +119,8 @@ def archive(
     progress: Progress | None = None,
     faults: Faults | None = None,
 ) -> ArchiveResult:
-    """Archive completed chains older than the cutoff to Parquet at ``to``, then delete them.
+    """Archive chains finished (completed, failed or cancelled) before the cutoff to Parquet at
+    ``to``, then delete them.
 
     Raises (before writing anything) SparkOptionError, BackendNotInstalledError,
     ArchivePathError (``to`` not writable), FutureCutoffError; ArchiveVerificationError if
@@ -169,11 +180,12 @@ def archive(
 
 
 def _plan(spark: SparkSession, store: ArchiveStore, url: str, limit: datetime, partitions: int) -> DataFrame:
-    """Chain ids to archive: completed before ``limit``, not archived yet, not pinned as a blocker."""
+    """Chain ids to archive: finished before ``limit``, not archived yet, not pinned as a blocker."""
     from pyspark.sql import functions as sf
 
     chains = read_table(spark, url, "chains", partitioning="id", partitions=partitions)
-    candidates = chains.where((sf.col("status") == "completed") & (sf.col("completed_at") < sf.lit(limit)))
+    finished = sf.col("status").isin(*FINISHED_STATUSES)
+    candidates = chains.where(finished & (sf.col("finished_at") < sf.lit(limit)))
     candidates = candidates.select("id")
     archived = read_archive(spark, store.root, "chains")
     if archived is not None:
@@ -200,14 +212,14 @@ def _plan(spark: SparkSession, store: ArchiveStore, url: str, limit: datetime, p
 def _snapshot(
     spark: SparkSession, url: str, planned: DataFrame, run_id: str, partitions: int
 ) -> dict[str, DataFrame]:
-    """The rows to write, tagged with their chain's completion date and type (persisted)."""
+    """The rows to write, tagged with the date their chain finished and its type (persisted)."""
     from pyspark.sql import functions as sf
 
     chains = read_table(spark, url, "chains", partitioning="id", partitions=partitions).join(
         planned, "id", "left_semi"
     )
-    # The completion date in UTC, whatever the session time zone.
-    utc = sf.convert_timezone(sf.current_timezone(), sf.lit("UTC"), sf.col("completed_at"))
+    # The date the chain finished, in UTC whatever the session time zone.
+    utc = sf.convert_timezone(sf.current_timezone(), sf.lit("UTC"), sf.col("finished_at"))
     tags = chains.select(
         sf.col("id").alias("chain_id"),
         sf.to_date(utc).alias("completed_date"),

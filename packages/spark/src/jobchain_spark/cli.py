@@ -65,13 +65,16 @@ def main(debug: bool) -> None:
     "--url", required=True, envvar="JOBCHAIN_STATE_URL", help="State URL (sqlite:///…, postgresql://…)."
 )
 @click.option(
-    "--older-than", "older_than", required=True, help="Archive chains completed longer ago, e.g. 30d."
+    "--older-than",
+    "older_than",
+    required=True,
+    help="Archive chains finished (completed, failed or cancelled) longer ago, e.g. 30d.",
 )
 @click.option("--to", "to", required=True, help="Archive root (a path or any Hadoop filesystem URI).")
 @click.option("--batch-size", default=500, show_default=True, help="Chains per deletion transaction.")
 @click.option("--master", default=None, help="Spark master, e.g. local[4] (default: the session's).")
 def archive_command(url: str, older_than: str, to: str, batch_size: int, master: str | None) -> None:
-    """Copy old completed chains to Parquet, verify the copy, then delete them from the hot tables."""
+    """Copy old finished chains to Parquet, verify the copy, then delete them from the hot tables."""
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
     from jobchain_spark.archive import archive
@@ -88,7 +91,7 @@ def archive_command(url: str, older_than: str, to: str, batch_size: int, master:
         def progress(stage: str, done: int, total: int) -> None:
             bar.update(task, completed=done, total=total)
 
-        click.echo(f"archiving chains completed more than {older_than} ago from {mask_url(url)} to {to}")
+        click.echo(f"archiving chains finished more than {older_than} ago from {mask_url(url)} to {to}")
         result = archive(spark, url=url, to=to, older_than=age, batch_size=batch_size, progress=progress)
     if result.resumed:
         click.echo(f"finished earlier run(s): {', '.join(result.resumed)}")

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from jobchain.errors import InvalidArgumentError, JobchainError, UnknownSchemeError
+from jobchain.errors import InvalidArgumentError, JobchainError, SchemaNotMigratedError, UnknownSchemeError
 
 
 class SparkOptionError(InvalidArgumentError):
@@ -90,7 +90,32 @@ class ArchivePathError(SparkOptionError):
 
 
 class FutureCutoffError(SparkOptionError):
-    """The archive cutoff lies in the future; only chains completed before now can be archived."""
+    """The archive cutoff lies in the future; only chains finished before now can be archived."""
+
+
+class SchemaVersionError(SchemaNotMigratedError):
+    """The state's job table is missing (not migrated) or older than this jobchain-spark reads.
+
+    jobchain-spark reads the current schema only (jobchain-postgres ``0006_job_lifecycle``,
+    jobchain-sqlite ``0005_job_lifecycle``); ``missing`` lists the columns it did not find.
+    Upgrade with ``jobchain migrate --state URL`` (migrations are additive), then read again.
+    """
+
+    def __init__(self, table: str, missing: Sequence[str], migration: str) -> None:
+        self.table = table
+        self.missing = tuple(missing)
+        self.migration = migration
+        if not self.missing:
+            what = f"the state has no job table {table!r}"
+        else:
+            shown = ", ".join(self.missing[:6]) + (", …" if len(self.missing) > 6 else "")
+            what = (
+                f"job table {table!r} lacks column(s) {shown}: its schema is older than this jobchain-spark"
+            )
+        super().__init__(
+            f"{what}; jobchain-spark reads the schema up to migration {migration}. "
+            "Run `jobchain migrate --state URL` (additive, safe on a live database), then read again"
+        )
 
 
 class ArchiveVerificationError(JobchainError):
@@ -108,6 +133,7 @@ __all__ = [
     "MissingColumnError",
     "NullKeyError",
     "RowValidationError",
+    "SchemaVersionError",
     "SparkOptionError",
     "UnknownTableError",
     "UnsupportedBackendError",

@@ -159,9 +159,10 @@ class JobchainReader(DataSourceReader):
         """The key ranges of the partitions: quantile boundaries from one query (see module doc)."""
         opts = self.options
         keys = split_key(opts.table, opts.partitioning)
-        if opts.partitions == 1:
-            return [KeyRange(keys)]
         with opts.dialect.connect() as conn:
+            opts.dialect.check_schema(conn)  # SchemaVersionError here, on the driver, not in each task
+            if opts.partitions == 1:
+                return [KeyRange(keys)]
             bounds = opts.dialect.split_keys(conn, opts.table, keys, opts.partitions, opts.predicates)
         return key_ranges(keys, bounds)
 

@@ -18,10 +18,17 @@ Times and their definitions:
   :mod:`jobchain_spark.report_chains` for the chain tables).
 
 The ``throughput`` table counts per job type and period the jobs ``started`` (created),
-``completed``, ``with_failure`` (jobs whose last failed attempt ended in the period: the store
-keeps the last failure of a job only) and ``backlog`` (jobs created but not completed at the
-end of the period: blocked, pending or running). Top errors are grouped by exception type and
-message (:mod:`jobchain_spark.report_errors`, which says what is and is not counted).
+``completed``, ``failed`` (by ``failed_at``), ``cancelled`` (by ``cancelled_at``),
+``with_failure`` (jobs whose last failed attempt ended in the period) and ``backlog`` (jobs
+created but not finished at the end of the period: blocked, pending or running). Top errors
+are grouped by exception type and message (:mod:`jobchain_spark.report_errors`, which says
+what is and is not counted).
+
+The lifecycle figures (:mod:`jobchain_spark.report_lifecycle`): the ``summary`` table's
+``failed``, ``cancelled``, ``failed_by_blocker`` and ``failure_rate`` (failed ÷ (completed +
+failed): the share of jobs that ran to an end and did not succeed; cancelled jobs are left
+out), and the ``dead_letters``, ``cancellations`` and ``blocker_failures`` tables. A job counts
+in its present status: one failed and then retried is not a dead letter any more.
 
 The ``summary`` table has the percentiles per job type; the ``timing`` table has ``wait`` and
 ``run`` per job type and period, wait in the period the job was created, run in the period it
@@ -43,7 +50,8 @@ from jobchain.url import mask_url
 from jobchain_spark.archive import read_archive
 from jobchain_spark.errors import SparkOptionError
 from jobchain_spark.report_chains import chain_durations, chain_steps
-from jobchain_spark.report_errors import ERRORS_NOTE, top_errors
+from jobchain_spark.report_errors import ERRORS_NOTE, signature_udf, top_errors
+from jobchain_spark.report_lifecycle import blocker_failures, cancellations, dead_letters, finished_per_period
 from jobchain_spark.source import read_table
 
 if TYPE_CHECKING:
@@ -152,14 +160,16 @@ def _attempt_time_notes(jobs: DataFrame) -> list[str]:
 
 
 def _with_backlog(throughput: pd.DataFrame) -> pd.DataFrame:
-    """Add ``backlog``: per job type, jobs started minus jobs completed up to each period's end.
+    """Add ``backlog``: per job type, jobs started minus jobs finished (completed, failed or
+    cancelled) up to each period's end.
 
-    Every completed job was started (created) in the same or an earlier period, so the
-    running difference is the number of jobs not completed at the end of the period.
+    Every finished job was started (created) in the same or an earlier period, so the
+    running difference is the number of jobs not finished at the end of the period.
     """
     frame = throughput.sort_values(["type_name", "period"], kind="stable").reset_index(drop=True)
     grouped = frame.groupby("type_name", sort=False)
-    frame["backlog"] = (grouped["started"].cumsum() - grouped["completed"].cumsum()).astype("int64")
+    finished = grouped["completed"].cumsum() + grouped["failed"].cumsum() + grouped["cancelled"].cumsum()
+    frame["backlog"] = (grouped["started"].cumsum() - finished).astype("int64")
     return frame
 
 
@@ -203,8 +213,9 @@ def build_report(
     )
     throughput = (
         started.join(completed, ["type_name", "period"], "full_outer")
+        .join(finished_per_period(jobs, period), ["type_name", "period"], "full_outer")
         .join(failed, ["type_name", "period"], "full_outer")
-        .fillna(0, ["started", "completed", "with_failure"])
+        .fillna(0, ["started", "completed", "failed", "cancelled", "with_failure"])
         .withColumn("throughput_per_hour", sf.col("completed") * 3600.0 / seconds)
         .orderBy("type_name", "period")
     )
@@ -212,15 +223,24 @@ def build_report(
     summary = jobs.groupBy("type_name").agg(
         sf.count(sf.lit(1)).alias("jobs"),
         sf.count(sf.when(sf.col("status") == "completed", 1)).alias("completed"),
+        sf.count(sf.when(sf.col("status") == "failed", 1)).alias("failed"),
+        sf.count(sf.when(sf.col("status") == "cancelled", 1)).alias("cancelled"),
+        sf.count(sf.when((sf.col("status") == "failed") & sf.col("failed_by_chain_id").isNotNull(), 1)).alias(
+            "failed_by_blocker"
+        ),
         sf.count(sf.when(sf.col("attempt") > 1, 1)).alias("retried"),
         sf.count(sf.when(sf.col("attempt") > 0, 1)).alias("attempted"),
         sf.min(sf.when(sf.col("status") == "pending", sf.col("created_at"))).alias(
             "oldest_pending_created_at"
         ),
     )
+    ended = sf.col("completed") + sf.col("failed")
     summary = summary.withColumn(
         "retry_rate", sf.when(sf.col("attempted") > 0, sf.col("retried") / sf.col("attempted"))
-    ).withColumn("oldest_pending_age_s", _seconds(sf.lit(when), sf.col("oldest_pending_created_at")))
+    ).withColumn("failure_rate", sf.when(ended > 0, sf.col("failed") / ended))
+    summary = summary.withColumn(
+        "oldest_pending_age_s", _seconds(sf.lit(when), sf.col("oldest_pending_created_at"))
+    )
     summary = summary.join(
         _percentiles(done, _seconds(sf.col("completed_at"), sf.col("created_at")), "latency"),
         "type_name",
@@ -269,6 +289,11 @@ def build_report(
         "timing": _timing(jobs, done, period).toPandas(),
         "attempts": attempts.toPandas(),
         "errors": top_errors(jobs).toPandas(),
+        "dead_letters": dead_letters(
+            jobs, signature_udf()(sf.col("last_attempt_error"))["error_type"]
+        ).toPandas(),
+        "cancellations": cancellations(jobs, period).toPandas(),
+        "blocker_failures": blocker_failures(jobs, chains).toPandas(),
         "chains_by_status": by_status.toPandas(),
         "chain_durations": chain_durations(chains, QUANTILES, ACCURACY).toPandas(),
         "chain_steps": chain_steps(jobs, ACCURACY).toPandas(),

@@ -1,7 +1,8 @@
 """Chain-level report tables: chain duration per chain type, and each step's figures.
 
 - ``chain_durations``: per chain type (``chain_type``), how many chains, how many completed,
-  and the chain duration p50/p95/p99 in seconds over completed chains. Chain duration is
+  failed and cancelled (a chain's status is its last job's), and the chain duration
+  p50/p95/p99 in seconds over completed chains. Chain duration is
   root job created → last job completed (the ``chains`` table's ``created_at`` and
   ``completed_at``), so it includes every wait, retry and blocker of the chain.
 - ``chain_steps``: per chain type and step (``step`` 1 is the root job, 2 its first
@@ -29,6 +30,8 @@ def chain_durations(chains: DataFrame, quantiles: tuple[float, ...], accuracy: i
     counts = chains.groupBy(sf.col("type_name").alias("chain_type")).agg(
         sf.count(sf.lit(1)).alias("chains"),
         sf.count(sf.when(sf.col("status") == "completed", 1)).alias("completed"),
+        sf.count(sf.when(sf.col("status") == "failed", 1)).alias("failed"),
+        sf.count(sf.when(sf.col("status") == "cancelled", 1)).alias("cancelled"),
     )
     done = chains.where((sf.col("status") == "completed") & sf.col("completed_at").isNotNull())
     q = sf.percentile_approx(
@@ -40,7 +43,7 @@ def chain_durations(chains: DataFrame, quantiles: tuple[float, ...], accuracy: i
     )
     return (
         counts.join(durations, "chain_type", "left")
-        .select("chain_type", "chains", "completed", *names)
+        .select("chain_type", "chains", "completed", "failed", "cancelled", *names)
         .orderBy("chain_type")
     )
 

@@ -113,7 +113,7 @@ def activity_chart(throughput: pd.DataFrame, path: Path, period: str) -> list[st
         ("started", f"Started (created) per {period}"),
         ("completed", f"Completed per {period}"),
         ("with_failure", f"Jobs whose last failure ended in the {period}"),
-        ("backlog", f"Backlog: not completed at the {period}'s end"),
+        ("backlog", f"Backlog: not finished at the {period}'s end"),
     )
     fig, axes = plt.subplots(2, 2, figsize=(WIDTH - 2.5, 7), sharex=True)
     if throughput.empty:

@@ -14,17 +14,21 @@ names the exception that was finally raised instead:
 - an exception group gives the group's own line (``ExceptionGroup: eg (2 sub-exceptions)``);
 - a traceback truncated before its exception line says so.
 
-What is counted: the store keeps only the error of a job's *last* attempt, and a success
-clears it. So the table covers jobs that are not completed (pending again after a failure,
-or running a new attempt), one row per job, and errors of attempts that later succeeded are
-not counted. An attempt-error history arrives with the job lifecycle issue.
+What is counted: every failed attempt kept in a job's error history (``attempt_errors``, the
+last 10 per job, kept when a later attempt succeeds), grouped by its exception type and the
+first line of its message; abandoned attempts (``AttemptAbandoned``: the worker died or its
+lease expired) count too, failures caused by a blocker chain do not (they are not attempts:
+see the ``blocker_failures`` table). A job without a history (its rows predate the history,
+or its failures were recorded without one) counts as before: by the error of its last
+attempt, when it is not completed, one row per job.
 """
 
 from __future__ import annotations
 
 import re
 import warnings
-from typing import TYPE_CHECKING, Final
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any, Final
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame
@@ -32,10 +36,12 @@ if TYPE_CHECKING:
 TOP_ERRORS: Final = 10
 MAX_MESSAGE: Final = 200
 ERRORS_NOTE: Final = (
-    "Top errors count jobs by the error of their last attempt, as stored: jobs that are not "
-    "completed (pending after a failure, or running again). Errors of attempts that later "
-    "succeeded are not kept by this version of jobchain, so they are not counted."
+    "Top errors count failed attempts from each job's error history (its last 10 failed or "
+    "abandoned attempts, kept when a later attempt succeeds). Jobs without a history (recorded "
+    "before jobchain kept one) count by the error of their last attempt, when not completed."
 )
+NOT_ATTEMPTS: Final = ("BlockerChainFailed", "BlockerChainCancelled")
+"""History entries that record a blocker chain's failure, not a failed attempt of the job."""
 
 _HEADER: Final = "Traceback (most recent call last):"
 _GROUP_HEADER: Final = "+ Exception Group Traceback (most recent call last):"
@@ -110,14 +116,16 @@ def _signature(lines: list[str]) -> tuple[str, str]:
     return "", "(traceback truncated before its exception line)"
 
 
-def top_errors(jobs: DataFrame, limit: int = TOP_ERRORS) -> DataFrame:
-    """Jobs per (job type, error type, error), most frequent first, ``limit`` rows.
+def entry_signature(error_type: str | None, message: str | None) -> tuple[str, str]:
+    """(error type, error) of one history entry: ``("ValueError", "ValueError: bad input")``."""
+    kind = error_type or ""
+    first = next((line.strip() for line in (message or "").splitlines() if line.strip()), "")
+    if not kind:
+        return "", _cut(first) if first else "(empty error)"
+    return kind, _cut(f"{kind}: {first}" if first else kind)
 
-    Columns: ``type_name``, ``error_type``, ``error``, ``jobs`` (jobs whose last attempt
-    failed with it), ``attempts`` (attempts those jobs have made so far, the last one failing
-    with it; earlier ones may have failed otherwise), ``last_seen_at`` (latest such failure).
-    Identical texts are grouped in Spark first, so the parser runs once per distinct text.
-    """
+
+def _udf(fn: Callable[..., Any]) -> Any:
     from pyspark.sql import functions as sf
     from pyspark.sql.types import StringType, StructField, StructType
 
@@ -126,18 +134,57 @@ def top_errors(jobs: DataFrame, limit: int = TOP_ERRORS) -> DataFrame:
         # PySpark reads the type hints to look for a pandas UDF and warns that these (plain str)
         # are not one; a plain row-at-a-time UDF is what is meant.
         warnings.simplefilter("ignore", UserWarning)
-        parse = sf.udf(error_signature, schema)
-    distinct = (
-        jobs.where(sf.col("last_attempt_error").isNotNull() & (sf.col("status") != "completed"))
+        return sf.udf(fn, schema)
+
+
+def signature_udf() -> Any:
+    """:func:`error_signature` as a Spark UDF returning ``struct<error_type, error>``."""
+    return _udf(error_signature)
+
+
+def top_errors(jobs: DataFrame, limit: int = TOP_ERRORS) -> DataFrame:
+    """Failed attempts per (job type, error type, error), most frequent first, ``limit`` rows.
+
+    Columns: ``type_name``, ``error_type``, ``error``, ``jobs`` (jobs with such a failure),
+    ``attempts`` (failed attempts with it, from the histories; for a job without a history,
+    the attempts it has made so far, the last one failing with it), ``last_seen_at``.
+    Identical texts are grouped in Spark first, so the parser runs once per distinct text.
+    """
+    from pyspark.sql import functions as sf
+
+    from jobchain_spark.report_lifecycle import history
+
+    entries = history()
+    has_history = sf.coalesce(sf.size(entries) > 0, sf.lit(False))
+    kept = (
+        jobs.where(has_history)
+        .select("type_name", "id", sf.explode(entries).alias("e"))
+        .where(~sf.col("e.error_type").isin(*NOT_ATTEMPTS))
+        .groupBy("type_name", sf.col("e.error_type").alias("kind"), sf.col("e.message").alias("message"))
+        .agg(
+            sf.count_distinct("id").alias("jobs"),
+            sf.count(sf.lit(1)).alias("attempts"),
+            sf.max("e.at").alias("last_seen_at"),
+        )
+        .withColumn("signature", _udf(entry_signature)(sf.col("kind"), sf.col("message")))
+        .drop("kind", "message")
+    )
+    legacy = (
+        jobs.where(
+            ~has_history & sf.col("last_attempt_error").isNotNull() & (sf.col("status") != "completed")
+        )
         .groupBy("type_name", "last_attempt_error")
         .agg(
             sf.count(sf.lit(1)).alias("jobs"),
             sf.sum(sf.col("attempt").cast("long")).alias("attempts"),
             sf.max("last_attempt_at").alias("last_seen_at"),
         )
+        .withColumn("signature", signature_udf()(sf.col("last_attempt_error")))
+        .drop("last_attempt_error")
     )
+    # A job is in one of the two sources only, so the sums count each job once.
     return (
-        distinct.withColumn("signature", parse(sf.col("last_attempt_error")))
+        kept.unionByName(legacy)
         .groupBy(
             "type_name",
             sf.col("signature.error_type").alias("error_type"),
@@ -148,9 +195,17 @@ def top_errors(jobs: DataFrame, limit: int = TOP_ERRORS) -> DataFrame:
             sf.sum("attempts").alias("attempts"),
             sf.max("last_seen_at").alias("last_seen_at"),
         )
-        .orderBy(sf.desc("jobs"), "type_name", "error")
+        .orderBy(sf.desc("jobs"), sf.desc("attempts"), "type_name", "error")
         .limit(limit)
     )
 
 
-__all__ = ["ERRORS_NOTE", "TOP_ERRORS", "error_signature", "top_errors"]
+__all__ = [
+    "ERRORS_NOTE",
+    "NOT_ATTEMPTS",
+    "TOP_ERRORS",
+    "entry_signature",
+    "error_signature",
+    "signature_udf",
+    "top_errors",
+]

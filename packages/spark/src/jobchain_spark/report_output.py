@@ -91,6 +91,8 @@ def _columns(period: str) -> dict[str, list[Col]]:
             Col("period", unit, period_formatter(period), numeric=False),
             count("started", "Started"),
             count("completed", "Completed"),
+            count("failed", "Failed"),
+            count("cancelled", "Cancelled"),
             count("with_failure", "With a failure"),
             count("backlog", "Backlog at end"),
             Col("throughput_per_hour", "Completed per hour", format_number),
@@ -99,6 +101,10 @@ def _columns(period: str) -> dict[str, list[Col]]:
             text("type_name", "Job type"),
             count("jobs", "Jobs"),
             count("completed", "Completed"),
+            count("failed", "Failed"),
+            count("failed_by_blocker", "Failed by a blocker"),
+            Col("failure_rate", "Failure rate", format_percent),
+            count("cancelled", "Cancelled"),
             count("attempted", "Claimed"),
             count("retried", "Retried"),
             Col("retry_rate", "Retry rate", format_percent),
@@ -126,8 +132,32 @@ def _columns(period: str) -> dict[str, list[Col]]:
             text("error_type", "Error type"),
             text("error", "Error"),
             count("jobs", "Jobs"),
-            count("attempts", "Attempts so far"),
+            count("attempts", "Failed attempts"),
             Col("last_seen_at", "Last seen (UTC)", format_time),
+        ],
+        "dead_letters": [
+            text("type_name", "Job type"),
+            text("error_type", "Error type"),
+            count("jobs", "Failed jobs"),
+            count("by_blocker", "By a blocker"),
+            count("retried", "After retries"),
+            Col("first_failed_at", "First failed (UTC)", format_time),
+            Col("last_failed_at", "Last failed (UTC)", format_time),
+            text("last_error", "Last error"),
+        ],
+        "cancellations": [
+            text("type_name", "Job type"),
+            Col("period", unit, period_formatter(period), numeric=False),
+            count("cancelled", "Cancelled"),
+            count("claimed", "Had been claimed"),
+            count("with_reason", "With a reason"),
+        ],
+        "blocker_failures": [
+            text("type_name", "Failed job type"),
+            text("blocker_chain_type", "Blocker chain type"),
+            text("blocker_status", "Blocker status now"),
+            count("jobs", "Failed jobs"),
+            count("blocker_chains", "Blocker chains"),
         ],
         "chains_by_status": [
             text("chain_type", "Chain type"),
@@ -138,6 +168,8 @@ def _columns(period: str) -> dict[str, list[Col]]:
             text("chain_type", "Chain type"),
             count("chains", "Chains"),
             count("completed", "Completed"),
+            count("failed", "Failed"),
+            count("cancelled", "Cancelled"),
             *percentiles("duration", "Duration (root created → last job completed)"),
         ],
         "chain_steps": [
@@ -179,15 +211,19 @@ def render_html(report: Report) -> str:
     sections = [
         _section(
             f"Activity per {period}",
-            f"Per job type and {period}: jobs started (created), completed, with a failed attempt "
-            "(by when their last failure ended) and the backlog (created, not completed) at the "
-            f"{period}'s end. The {len(t['throughput']):,} rows are in tables/throughput.",
+            f"Per job type and {period}: jobs started (created), completed, failed (dead letters, by "
+            "when they failed), cancelled, with a failed attempt (by when their last failure ended) "
+            f"and the backlog (created, not yet completed, failed or cancelled) at the {period}'s "
+            f"end. The {len(t['throughput']):,} rows are in tables/throughput.",
             "activity",
             table("throughput", "throughput"),
         ),
         _section(
             "Jobs by type",
-            "Claimed: a worker took the job at least once. Retried: it needed more than one attempt.",
+            "Failed: dead letters (attempts exhausted, failed on purpose, or failed because a blocker "
+            "chain failed or was cancelled). Failure rate: failed ÷ (completed + failed); cancelled "
+            "jobs are left out. Claimed: a worker took the job at least once. Retried: it needed "
+            "more than one attempt. Jobs count in their present status (a redriven job is not failed).",
             None,
             table("summary", "summary_jobs"),
         ),
@@ -214,15 +250,39 @@ def render_html(report: Report) -> str:
         _section(
             "Top errors",
             "Grouped by job type and the exception that was raised (its type and the first line "
-            "of its message). Counts pending and running jobs by their last attempt's error; "
-            "errors of attempts that later succeeded are not kept by this version.",
+            "of its message). Counts the failed and abandoned attempts kept in each job's error "
+            "history (its last 10), including attempts that later succeeded; jobs recorded before "
+            "the history existed count by their last attempt's error, when not completed.",
             "errors",
             table("errors", "errors"),
         ),
         _section(
+            "Dead letters",
+            "Failed jobs per job type and the error type of their last recorded error: "
+            "BlockerChainFailed or BlockerChainCancelled when a blocker chain's end failed them, "
+            "AttemptAbandoned when their last attempts were abandoned. Redrive them with "
+            "client.retry_job.",
+            None,
+            table("dead_letters", "dead_letters"),
+        ),
+        _section(
+            f"Cancellations per {period}",
+            f"Cancelled jobs per job type and the {period} they were cancelled in; had been "
+            "claimed: a worker had taken the job at least once (it may have been running).",
+            None,
+            table("cancellations", "cancellations"),
+        ),
+        _section(
+            "Failures caused by blockers",
+            "Jobs failed because a chain they waited for failed or was cancelled, by the blocker "
+            "chain's type and its status now ((deleted): no longer in the history).",
+            None,
+            table("blocker_failures", "blocker_failures"),
+        ),
+        _section(
             "Chain durations",
-            "Per chain type: chains, completed chains, and how long completed chains took from "
-            "the root job's creation to the completion of their last job.",
+            "Per chain type: chains, completed, failed and cancelled chains, and how long completed "
+            "chains took from the root job's creation to the completion of their last job.",
             "chain_durations",
             table("chain_durations", "chain_durations"),
         ),

@@ -69,7 +69,12 @@ def read_table(
     """``spark.read.format("jobchain")`` for ``table`` of the state at ``url`` (registers first).
 
     ``created_from`` (inclusive), ``created_until`` (exclusive), ``type_names`` and
-    ``statuses`` narrow the rows in SQL, for every query of the DataFrame."""
+    ``statuses`` narrow the rows in SQL, for every query of the DataFrame.
+
+    Raises SchemaVersionError here, on the driver, when the state's schema is older than this
+    version reads (a plain ``spark.read.format("jobchain")`` raises it wrapped in Spark's
+    error when the read is planned)."""
+    check_schema(url)
     register(spark)
     reader = spark.read.format(NAME).option("url", url).option("table", table)
     reader = reader.option("partitioning", partitioning)
@@ -85,6 +90,15 @@ def read_table(
     return reader.load()
 
 
+def check_schema(url: str) -> None:
+    """SchemaVersionError unless the job table at ``url`` has every column the reader reads."""
+    from jobchain_spark.dialects import dialect_for
+
+    dialect = dialect_for(url)
+    with dialect.connect() as conn:
+        dialect.check_schema(conn)
+
+
 def parse_json(df: DataFrame, column: str, schema: StructType | str, *, into: str | None = None) -> DataFrame:
     """Parse the JSON text in ``column`` (e.g. ``input``) with ``schema``; ``into`` names the result."""
     from pyspark.sql import functions as sf
@@ -93,9 +107,34 @@ def parse_json(df: DataFrame, column: str, schema: StructType | str, *, into: st
     return df.withColumn(into or column, parsed)
 
 
+def attempt_errors(jobs: DataFrame, *columns: str) -> DataFrame:
+    """One row per entry of each job's error history (``attempt_errors``), oldest first.
+
+    Keeps ``columns`` of the job (default ``id``, ``type_name``, ``status``) and adds
+    ``attempt``, ``worker_id``, ``error_type``, ``message``, ``traceback`` and ``at`` (a
+    timestamp). Jobs with an empty history, or none (archives written before it existed),
+    give no rows.
+    """
+    from pyspark.sql import functions as sf
+
+    from jobchain_spark.tables import ATTEMPT_ERRORS_SCHEMA
+
+    kept = columns or ("id", "type_name", "status")
+    entries = sf.from_json(sf.col("attempt_errors"), ATTEMPT_ERRORS_SCHEMA)
+    return jobs.select(*kept, sf.explode(entries).alias("_entry")).select(*kept, "_entry.*")
+
+
 def options_dict(**options: Any) -> dict[str, str]:
     """Spark options are strings; drop None and stringify the rest."""
     return {k: str(v) for k, v in options.items() if v is not None}
 
 
-__all__ = ["NAME", "JobchainDataSource", "parse_json", "read_table", "register"]
+__all__ = [
+    "NAME",
+    "JobchainDataSource",
+    "attempt_errors",
+    "check_schema",
+    "parse_json",
+    "read_table",
+    "register",
+]

@@ -2,11 +2,21 @@
 
 ``jobs`` has every column of the documented job table (``first_attempt_at`` and
 ``attempt_started_at`` are NULL for jobs never claimed, for jobs claimed before the state
-migration that added them, and in archives written before this version). ``chains`` has one row per chain (its
-root joined with its last job, as the client's ``Chain`` pairs them). ``blockers`` has one
-row per blocker declaration, with the blocked job's chain id and creation time so it can be
-split and filtered like the others. ``input``, ``output`` and trace contexts are JSON text:
-parse them with :func:`jobchain_spark.parse_json`.
+migration that added them, and in archives written before this version). The lifecycle
+columns (``attempt_errors``, ``attempt_base``, ``failed_at``, ``cancelled_at``,
+``cancel_reason``, ``failed_by_chain_id``, ``runs_after_failed_blockers``) and the rescue
+record (``rescued_at``, ``rescued_from``, ``rescue_reason``) need the current state schema
+(jobchain-postgres migration ``0006_job_lifecycle``, jobchain-sqlite ``0005_job_lifecycle``):
+reading an older schema raises :class:`~jobchain_spark.errors.SchemaVersionError`. Archives
+written before this version lack them; they read as NULL there.
+
+``chains`` has one row per chain (its root joined with its last job, as the client's
+``Chain`` pairs them): its status and ``finished_at`` (completed, failed or cancelled) are its
+last job's. ``blockers`` has one row per blocker declaration, with the blocked job's chain id
+and creation time so it can be split and filtered like the others. ``input``, ``output``,
+trace contexts and ``attempt_errors`` are JSON text: parse them with
+:func:`jobchain_spark.parse_json` (``attempt_errors`` with :data:`ATTEMPT_ERRORS_SCHEMA`, or
+one row per entry with :func:`jobchain_spark.attempt_errors`).
 """
 
 from __future__ import annotations
@@ -15,6 +25,7 @@ from dataclasses import dataclass
 from typing import Final, Literal
 
 from pyspark.sql.types import (
+    BooleanType,
     DataType,
     IntegerType,
     LongType,
@@ -76,6 +87,16 @@ JOB_COLUMNS: Final = (
     _s("deduplication_key", True, "text"),
     _s("trace_context"),
     _s("chain_trace_context"),
+    _t("rescued_at"),
+    _s("rescued_from"),
+    _s("rescue_reason"),
+    _s("attempt_errors"),
+    _i("attempt_base"),
+    _t("failed_at"),
+    _t("cancelled_at"),
+    _s("cancel_reason"),
+    _s("failed_by_chain_id"),
+    Column("runs_after_failed_blockers", BooleanType(), False),
 )
 
 CHAIN_COLUMNS: Final = (
@@ -90,6 +111,12 @@ CHAIN_COLUMNS: Final = (
     _s("last_job_type_name", False),
     _i("job_count"),
     _s("deduplication_key", True, "text"),
+    _t("finished_at"),
+    _t("failed_at"),
+    _t("cancelled_at"),
+    _s("cancel_reason"),
+    _s("failed_by_chain_id"),
+    _s("last_attempt_error"),
 )
 
 BLOCKER_COLUMNS: Final = (
@@ -100,6 +127,15 @@ BLOCKER_COLUMNS: Final = (
     _s("trace_context"),
     _t("created_at", False),
 )
+
+ATTEMPT_ERRORS_SCHEMA: Final = (
+    "array<struct<attempt:int, worker_id:string, error_type:string, message:string, "
+    "traceback:string, at:timestamp>>"
+)
+"""The Spark DDL of the ``attempt_errors`` JSON (``jobchain.entities.AttemptError.to_json``)."""
+
+STORED_JOB_COLUMNS: Final = tuple(c.name for c in JOB_COLUMNS)
+"""The job-table columns a read needs; a state schema without one of them is too old."""
 
 TABLES: Final[dict[str, tuple[Column, ...]]] = {
     "jobs": JOB_COLUMNS,
@@ -129,10 +165,12 @@ def spark_schema(table: str) -> StructType:
 
 
 __all__ = [
+    "ATTEMPT_ERRORS_SCHEMA",
     "BLOCKER_COLUMNS",
     "CHAIN_COLUMNS",
     "JOB_COLUMNS",
     "SPLIT_COLUMNS",
+    "STORED_JOB_COLUMNS",
     "TABLES",
     "Column",
     "ColumnKind",

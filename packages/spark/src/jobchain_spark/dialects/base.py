@@ -19,7 +19,8 @@ from typing import Any, Final, Literal
 import pyarrow as pa
 
 from jobchain.entities import JobStatus
-from jobchain_spark.tables import Column, table_columns
+from jobchain_spark.errors import SchemaVersionError
+from jobchain_spark.tables import STORED_JOB_COLUMNS, Column, table_columns
 
 Op = Literal["=", "in", ">", ">=", "<", "<="]
 RANGE_OPS: Final = (">", ">=", "<", "<=")
@@ -149,6 +150,26 @@ class Dialect(ABC):
     times_as_text: bool = False
     """True when the driver returns times as ISO-8601 text (converted by Arrow, not Python)."""
 
+    migration: str = ""
+    """The backend's migration that brought the job table to the schema this version reads."""
+
+    @abstractmethod
+    def stored_columns(self, conn: Any) -> tuple[str, set[str]]:
+        """(the job table's name, its column names; empty when the table does not exist)."""
+
+    def check_schema(self, conn: Any) -> None:
+        """SchemaVersionError unless the job table has every column the reader selects.
+
+        One catalog query, run on the driver when Spark plans a read: an older schema fails
+        there with a message that says to migrate, not in every task with a driver error.
+        """
+        table, present = self.stored_columns(conn)
+        if not present:
+            raise SchemaVersionError(table, (), self.migration)
+        missing = [c for c in STORED_JOB_COLUMNS if c not in present]
+        if missing:
+            raise SchemaVersionError(table, missing, self.migration)
+
     def arrow_batch(self, table: str, rows: list[tuple[Any, ...]], schema: pa.Schema) -> pa.RecordBatch:
         """Rows (in table column order) as one Arrow record batch of ``schema``."""
         columns: list[Column] = list(table_columns(table))
@@ -157,6 +178,8 @@ class Dialect(ABC):
         for column, field, data in zip(columns, schema, values, strict=True):
             if column.kind == "time" and self.times_as_text:
                 arrays.append(pa.array(data, pa.string()).cast(field.type))
+            elif pa.types.is_boolean(field.type):  # SQLite stores booleans as 0/1
+                arrays.append(pa.array([None if v is None else bool(v) for v in data], field.type))
             else:
                 arrays.append(pa.array(data, field.type))
         return pa.RecordBatch.from_arrays(arrays, schema=schema)

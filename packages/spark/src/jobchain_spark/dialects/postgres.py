@@ -28,6 +28,17 @@ from jobchain_spark.tables import table_columns
 class PostgresDialect(Dialect):
     """Reads ``{schema}.{prefix}job`` and ``{schema}.{prefix}job_blocker``."""
 
+    migration = "0006_job_lifecycle (jobchain-postgres)"
+
+    def stored_columns(self, conn: Any) -> tuple[str, set[str]]:
+        _conninfo, schema, prefix = self._settings()
+        rows = conn.execute(
+            "SELECT column_name FROM information_schema.columns WHERE table_schema = %s AND table_name = %s",
+            [schema, prefix + "job"],
+        ).fetchall()
+        conn.rollback()
+        return f"{schema}.{prefix}job", {str(r[0]) for r in rows}
+
     def _settings(self) -> tuple[str, str, str]:
         from jobchain_postgres.options import parse_url, state_options, target
 

@@ -37,6 +37,12 @@ class SqliteDialect(Dialect):
     """Reads ``{prefix}job`` and ``{prefix}job_blocker`` of one SQLite file."""
 
     times_as_text = True
+    migration = "0005_job_lifecycle (jobchain-sqlite)"
+
+    def stored_columns(self, conn: sqlite3.Connection) -> tuple[str, set[str]]:
+        _path, prefix, _timeout = self._options()
+        rows = conn.execute("SELECT name FROM pragma_table_info(?)", [prefix + "job"]).fetchall()
+        return prefix + "job", {str(r[0]) for r in rows}
 
     def _options(self) -> tuple[str, str, float]:
         from jobchain_sqlite.options import SqliteOptions

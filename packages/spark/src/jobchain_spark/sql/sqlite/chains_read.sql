@@ -3,7 +3,9 @@
 SELECT
     r.id, r.chain_type_name AS type_name, l.status, r.input, l.output, r.created_at,
     l.completed_at, l.id AS last_job_id, l.type_name AS last_job_type_name,
-    l.chain_index + 1 AS job_count, r.deduplication_key
+    l.chain_index + 1 AS job_count, r.deduplication_key,
+    COALESCE(l.completed_at, l.failed_at, l.cancelled_at) AS finished_at, l.failed_at,
+    l.cancelled_at, l.cancel_reason, l.failed_by_chain_id, l.last_attempt_error
 FROM {job} r
 JOIN {job} l
     ON l.chain_id = r.id
