@@ -254,6 +254,8 @@ class JobsListTests:
             JobStatus.PENDING: [pending.id],
             JobStatus.RUNNING: [running.id],
             JobStatus.COMPLETED: [done.id],
+            JobStatus.FAILED: [],
+            JobStatus.CANCELLED: [],
         }
 
     async def test_jobs_filter_by_job_type_name(self, state_adapter: StateAdapter, now: datetime) -> None:

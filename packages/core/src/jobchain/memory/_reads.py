@@ -134,6 +134,7 @@ def jobs_list(view: View, params: JobsList) -> Page[Job]:
     type_names = set(params.type_names)
     chain_type_names = set(params.chain_type_names)
     statuses = set(params.statuses)
+    error_types = set(params.error_types)
 
     def jobs() -> Iterator[Job]:
         for job in _within(
@@ -144,6 +145,10 @@ def jobs_list(view: View, params: JobsList) -> Page[Job]:
             if chain_type_names and job.chain_type_name not in chain_type_names:
                 continue
             if statuses and job.status not in statuses:
+                continue
+            if error_types and (
+                not job.attempt_errors or job.attempt_errors[-1].error_type not in error_types
+            ):
                 continue
             yield job
 

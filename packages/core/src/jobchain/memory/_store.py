@@ -8,6 +8,11 @@ transaction ends; the views in ``_views`` combine live rows and preimages so tha
 transaction sees committed data plus its own changes. Blocker rows live and die with the
 job that declared them, so a stored row is ``(job, blocker chain ids)``.
 The worker registry lives in its own table (``_registry``) under the same rules.
+
+A *hold* is a lock taken without writing (an atomic attempt's ``job_get(lock=True)``). It
+conflicts with every lock and hold as an exclusive lock does, except that cancellation writes
+through it (PostgreSQL's ``FOR KEY SHARE`` beside a plain ``UPDATE``): a cancel never waits
+for a long atomic attempt, whose own later write then waits for the cancel and sees it.
 """
 
 from __future__ import annotations
@@ -28,8 +33,8 @@ PendingKey = tuple[datetime, datetime, str]  # (scheduled_at, created_at, id): a
 LeaseKey = tuple[datetime, str]  # (leased_until, id): reaping order
 CreatedKey = tuple[datetime, str]  # (created_at, id): listing order
 ChainKey = tuple[int, str]  # (chain_index, id)
-Mark = tuple[int, int, int, int]  # (undo log length, locks held) of jobs, then of workers: a savepoint
-START: Mark = (0, 0, 0, 0)
+Mark = tuple[int, int, int, int, int]  # (undo, locks) of jobs, then of workers, then holds: a savepoint
+START: Mark = (0, 0, 0, 0, 0)
 _IndexKey = TypeVar("_IndexKey", str, tuple[str, str])
 
 
@@ -57,7 +62,17 @@ def _holder(job: Job | None) -> str | None:
 class TxState:
     """The bookkeeping of one open write transaction."""
 
-    __slots__ = ("ended", "locks", "touched", "undo", "waiting_for", "worker_locks", "worker_undo")
+    __slots__ = (
+        "ended",
+        "holds",
+        "locks",
+        "pruning",
+        "touched",
+        "undo",
+        "waiting_for",
+        "worker_locks",
+        "worker_undo",
+    )
 
     def __init__(self) -> None:
         self.undo: list[tuple[str, Row | None]] = []  # (job id, previous row), oldest first
@@ -65,11 +80,19 @@ class TxState:
         self.touched: set[str] = set()  # ids whose preimage this transaction recorded
         self.worker_undo: list[tuple[str, WorkerInfo | None]] = []  # (worker id, previous row)
         self.worker_locks: list[str] = []  # locked worker ids, in acquisition order
+        self.holds: list[str] = []  # held job ids (locks without a write), in acquisition order
+        self.pruning = False  # holds the store's prune lock until it ends
         self.waiting_for: TxState | None = None  # for deadlock detection
         self.ended = asyncio.Event()
 
     def mark(self) -> Mark:
-        return (len(self.undo), len(self.locks), len(self.worker_undo), len(self.worker_locks))
+        return (
+            len(self.undo),
+            len(self.locks),
+            len(self.worker_undo),
+            len(self.worker_locks),
+            len(self.holds),
+        )
 
 
 class Blocked(Exception):  # noqa: N818 -- a control-flow signal, never seen outside this package
@@ -96,6 +119,8 @@ class Store:
         self.created: SortedKeys[CreatedKey] = SortedKeys()
         self.roots: SortedKeys[CreatedKey] = SortedKeys()
         self.locks: dict[str, TxState] = {}
+        self.holds: dict[str, TxState] = {}  # job id -> the transaction holding it without a write
+        self.pruner: TxState | None = None  # the transaction running chains_prune, if any
         self.preimages: dict[str, Row | None] = {}  # committed row of each changed row (None: inserted)
         # Secondary indexes over the preimages, so views find committed rows that other
         # transactions moved or deleted without scanning every preimage.
@@ -117,29 +142,59 @@ class Store:
 
     # ------------------------------------------------------------ locks and writes
 
-    def lock(self, tx: TxState, job_id: str) -> None:
-        """Take the row's exclusive lock for ``tx`` or raise :class:`Blocked` naming its holder."""
+    def lock(self, tx: TxState, job_id: str, *, through_holds: bool = False) -> None:
+        """Take the row's exclusive lock for ``tx`` or raise :class:`Blocked` naming its holder.
+
+        ``through_holds``: another transaction's hold does not make ``tx`` wait (cancellation).
+        """
         holder = self.locks.get(job_id)
         if holder is None:
+            keeper = self.holds.get(job_id)
+            if keeper is not None and keeper is not tx and not through_holds:
+                raise Blocked(keeper)
             self.locks[job_id] = tx
             tx.locks.append(job_id)
         elif holder is not tx:
             raise Blocked(holder)
 
-    def try_lock(self, tx: TxState, job_id: str) -> bool:
-        """Take the lock unless another transaction holds it (``SKIP LOCKED``)."""
-        holder = self.locks.get(job_id)
-        if holder is None:
-            self.locks[job_id] = tx
-            tx.locks.append(job_id)
-        return holder is None or holder is tx
+    def hold(self, tx: TxState, job_id: str) -> None:
+        """Hold the row for ``tx`` without writing it, or raise :class:`Blocked` naming the holder."""
+        lock, keeper = self.locks.get(job_id), self.holds.get(job_id)
+        if lock is tx or keeper is tx:
+            return
+        holder = lock or keeper
+        if holder is not None:
+            raise Blocked(holder)
+        self.holds[job_id] = tx
+        tx.holds.append(job_id)
 
-    def put(self, tx: TxState, job_id: str, job: Job | None, blockers: tuple[str, ...] = ()) -> None:
+    def held_elsewhere(self, tx: TxState, job_id: str) -> bool:
+        """Another transaction locks or holds the row (what ``SKIP LOCKED`` skips)."""
+        lock = self.locks.get(job_id)
+        keeper = self.holds.get(job_id)
+        return (lock is not None and lock is not tx) or (keeper is not None and keeper is not tx)
+
+    def try_lock(self, tx: TxState, job_id: str) -> bool:
+        """Take the lock unless another transaction locks or holds it (``SKIP LOCKED``)."""
+        if self.held_elsewhere(tx, job_id):
+            return False
+        self.lock(tx, job_id)
+        return True
+
+    def put(
+        self,
+        tx: TxState,
+        job_id: str,
+        job: Job | None,
+        blockers: tuple[str, ...] = (),
+        *,
+        through_holds: bool = False,
+    ) -> None:
         """Write a row for ``tx`` (``None`` deletes it), locking it first.
 
         ``blockers`` is used when the row is created; an update keeps the existing blockers.
         """
-        self.lock(tx, job_id)
+        self.lock(tx, job_id, through_holds=through_holds)
         old_row = self.row(job_id)
         tx.undo.append((job_id, old_row))
         if job_id not in self.preimages:
@@ -149,8 +204,10 @@ class Store:
 
     def rollback_to(self, tx: TxState, mark: Mark) -> None:
         """Undo ``tx``'s writes after ``mark``, newest first, and release the locks taken since."""
-        undo_length, lock_count, worker_undo_length, worker_lock_count = mark
+        undo_length, lock_count, worker_undo_length, worker_lock_count, hold_count = mark
         self.workers.rollback_to(tx, worker_undo_length, worker_lock_count)
+        while len(tx.holds) > hold_count:
+            del self.holds[tx.holds.pop()]
         while len(tx.undo) > undo_length:
             job_id, row = tx.undo.pop()
             self._apply(
@@ -172,10 +229,16 @@ class Store:
         self.workers.release(tx)
         for job_id in tx.locks:
             del self.locks[job_id]
+        for job_id in tx.holds:
+            del self.holds[job_id]
+        if tx.pruning:
+            self.pruner = None
+            tx.pruning = False
         for job_id in tx.touched:
             self._drop_preimage(job_id)
         tx.undo.clear()
         tx.locks.clear()
+        tx.holds.clear()
         tx.touched.clear()
         tx.ended.set()
 

@@ -15,6 +15,7 @@ from datetime import datetime, timedelta
 
 from jobchain.contracts.state import JobsReapExpired, WorkerHeartbeat, WorkerHeartbeatResult, WorkersList
 from jobchain.entities import Job, JobStatus, RescueReason, WorkerInfo, WorkerState
+from jobchain.memory._history import abandoned
 from jobchain.memory._registry import WorkerTable
 from jobchain.memory._store import Blocked, TxState, created_key, unique
 from jobchain.memory._writes import Ctx
@@ -32,6 +33,7 @@ def rescue_error(reason: RescueReason, worker_id: str | None) -> str:
 
 def rescued(job: Job, reason: RescueReason, now: datetime) -> Job:
     """A running job returned to pending without its worker's word, the rescue recorded."""
+    message = rescue_error(reason, job.leased_by)
     return replace(
         job,
         status=JobStatus.PENDING,
@@ -40,7 +42,8 @@ def rescued(job: Job, reason: RescueReason, now: datetime) -> Job:
         rescued_at=now,
         rescued_from=job.leased_by,
         rescue_reason=reason.value,
-        last_attempt_error=rescue_error(reason, job.leased_by),
+        last_attempt_error=message,
+        attempt_errors=abandoned(job, message, now),
     )
 
 
@@ -65,7 +68,7 @@ def jobs_reap_expired(ctx: Ctx, params: JobsReapExpired, now: datetime) -> list[
     for leased_until, job_id in heapq.merge(*leases):
         if leased_until >= now or len(chosen) == params.limit:
             break
-        if job_id not in excluded and not ctx.locked_elsewhere(job_id):  # SKIP LOCKED
+        if job_id not in excluded and not ctx.skipped(job_id):  # SKIP LOCKED
             chosen.append(job_id)
     # Mutate only after the walk: the lease indexes are being iterated above.
     return [ctx.put(rescued(store.jobs[job_id], RescueReason.LEASE_EXPIRED, now)) for job_id in chosen]
@@ -134,7 +137,7 @@ def _release_jobs(ctx: Ctx, worker_ids: list[str], now: datetime) -> list[Job]:
         ctx.put(rescued(store.jobs[job_id], RescueReason.WORKER_DEAD, now))
         for worker_id in worker_ids
         for job_id in sorted(store.leased.get(worker_id, ()))  # a copy: put() updates the index
-        if not ctx.locked_elsewhere(job_id)  # SKIP LOCKED
+        if not ctx.skipped(job_id)  # SKIP LOCKED
     ]
     released.sort(key=created_key)
     return released

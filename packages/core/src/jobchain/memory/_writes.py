@@ -16,8 +16,6 @@ from dataclasses import dataclass, replace
 from datetime import datetime
 
 from jobchain.contracts.state import (
-    ChainsDelete,
-    ChainsDeleted,
     JobComplete,
     JobCompleted,
     JobCreated,
@@ -32,14 +30,16 @@ from jobchain.contracts.state import (
 )
 from jobchain.entities import Chain, Deduplication, Job, JobStatus, validate_id
 from jobchain.errors import (
-    BlockerReference,
     ChainNotFoundError,
     DuplicateJobIdError,
     InvalidArgumentError,
     JobAlreadyCompletedError,
+    JobCancelledError,
+    JobFinishedError,
     JobNotFoundError,
     JobTakenByAnotherWorkerError,
 )
+from jobchain.memory._history import ended_badly, failed_by_blocker, resolved, with_error
 from jobchain.memory._store import Blocked, Store, TxState, created_key, unique
 from jobchain.memory._views import View
 
@@ -55,13 +55,17 @@ class Ctx:
     def lock(self, job_id: str) -> None:
         self.store.lock(self.tx, job_id)
 
-    def put(self, job: Job, blockers: tuple[str, ...] = ()) -> Job:
-        self.store.put(self.tx, job.id, job, blockers)
+    def put(self, job: Job, blockers: tuple[str, ...] = (), *, through_holds: bool = False) -> Job:
+        self.store.put(self.tx, job.id, job, blockers, through_holds=through_holds)
         return job
 
     def locked_elsewhere(self, job_id: str) -> bool:
         holder = self.store.locks.get(job_id)
         return holder is not None and holder is not self.tx
+
+    def skipped(self, job_id: str) -> bool:
+        """Another transaction locks or holds the row: ``SKIP LOCKED`` passes it by."""
+        return self.store.held_elsewhere(self.tx, job_id)
 
     def locked_job(self, job_id: str) -> Job | None:
         """Read a job and lock it (``FOR UPDATE``), or None when this transaction cannot see it."""
@@ -136,7 +140,7 @@ def _deduplication_match(view: View, dedup: Deduplication, chain_type_name: str,
             continue
         if dedup.scope == "incomplete":
             last = view.last_job(root.id)
-            if last is not None and last.status is JobStatus.COMPLETED:
+            if last is not None and last.status.terminal:  # a finished chain frees its key
                 continue
         if best is None or created_key(root) > created_key(best):
             best = root
@@ -164,14 +168,17 @@ def _insert(ctx: Ctx, new: NewJob, chain_id: str, chain_index: int, now: datetim
         raise DuplicateJobIdError(new.id)
     blockers = tuple(unique(new.blocker_chain_ids))
     incomplete: list[str] = []
+    failed_by: Job | None = None  # the first blocker chain that ended badly, for a default job
     for blocker_id in blockers:
         last = ctx.view.last_job(blocker_id)
         if last is None:
             raise ChainNotFoundError(blocker_id)
-        # Locked so a concurrent completion of the blocker cannot miss this new dependent.
+        # Locked so a concurrent completion (or failure) of the blocker cannot miss this new dependent.
         ctx.lock(last.id)
-        if last.status is not JobStatus.COMPLETED:
+        if not last.status.terminal:
             incomplete.append(blocker_id)
+        elif failed_by is None and not new.runs_after_failed_blockers and ended_badly(last):
+            failed_by = last
     job = Job(
         id=new.id,
         chain_id=chain_id,
@@ -185,7 +192,10 @@ def _insert(ctx: Ctx, new: NewJob, chain_id: str, chain_index: int, now: datetim
         deduplication_key=new.deduplication.key if new.deduplication is not None else None,
         trace_context=new.trace_context,
         chain_trace_context=new.chain_trace_context,
+        runs_after_failed_blockers=new.runs_after_failed_blockers,
     )
+    if failed_by is not None:  # its blocker already failed: it fails as it would have then
+        job = failed_by_blocker(job, failed_by, now)
     ctx.put(job, blockers)
     return JobCreated(job=job, incomplete_blocker_chain_ids=tuple(incomplete))
 
@@ -194,7 +204,11 @@ def _insert(ctx: Ctx, new: NewJob, chain_id: str, chain_index: int, now: datetim
 
 
 def job_get_locked(ctx: Ctx, job_id: str) -> Job | None:
-    return ctx.locked_job(job_id)
+    """A hold, not a write lock: claims and reaps skip the row, a cancellation does not wait."""
+    job = ctx.view.job(job_id)
+    if job is not None:
+        ctx.store.hold(ctx.tx, job_id)
+    return job
 
 
 def chain_get_locked(ctx: Ctx, chain_id: str) -> Chain | None:
@@ -216,7 +230,7 @@ def jobs_acquire(ctx: Ctx, params: JobsAcquire, now: datetime) -> JobsAcquired:
     for scheduled_at, _, job_id in heapq.merge(*queues):
         if scheduled_at > now:
             break
-        if ctx.locked_elsewhere(job_id):  # SKIP LOCKED
+        if ctx.skipped(job_id):  # SKIP LOCKED
             continue
         if len(chosen) == params.limit:
             has_more = True
@@ -239,17 +253,22 @@ def jobs_acquire(ctx: Ctx, params: JobsAcquire, now: datetime) -> JobsAcquired:
     return JobsAcquired(jobs=claimed, has_more=has_more)
 
 
-def _open_job(ctx: Ctx, job_id: str) -> Job:
+def _open_job(ctx: Ctx, job_id: str, worker_id: str | None) -> Job:
     job = ctx.locked_job(job_id)
     if job is None:
         raise JobNotFoundError(job_id)
     if job.status is JobStatus.COMPLETED:
         raise JobAlreadyCompletedError(job_id)
+    if job.status is JobStatus.CANCELLED and worker_id is not None:
+        raise JobCancelledError(job_id, job.cancel_reason)
+    if job.status.terminal and worker_id is None:
+        raise JobFinishedError(job_id, job.status.value)
     return job
 
 
-def _owned_job(ctx: Ctx, job_id: str, worker_id: str | None, lease_generation: int | None) -> Job:
-    job = _open_job(ctx, job_id)
+def owned_job(ctx: Ctx, job_id: str, worker_id: str | None, lease_generation: int | None) -> Job:
+    """The job, locked, if ``worker_id`` (None: anyone) may still write it; else the fencing error."""
+    job = _open_job(ctx, job_id, worker_id)
     if worker_id is not None and (
         job.status is not JobStatus.RUNNING
         or job.leased_by != worker_id
@@ -260,18 +279,19 @@ def _owned_job(ctx: Ctx, job_id: str, worker_id: str | None, lease_generation: i
 
 
 def job_renew_lease(ctx: Ctx, params: JobRenewLease, now: datetime) -> Job:
-    job = _owned_job(ctx, params.job_id, params.worker_id, params.lease_generation)
+    job = owned_job(ctx, params.job_id, params.worker_id, params.lease_generation)
     return ctx.put(replace(job, leased_until=now + params.lease_for))
 
 
 def job_reschedule(ctx: Ctx, params: JobReschedule, now: datetime) -> Job:
-    job = _owned_job(ctx, params.job_id, params.worker_id, params.lease_generation)
+    job = owned_job(ctx, params.job_id, params.worker_id, params.lease_generation)
     rescheduled = replace(
         job,
         status=JobStatus.PENDING,
         scheduled_at=params.schedule.resolve(now),
         last_attempt_at=now,
         last_attempt_error=params.error,
+        attempt_errors=with_error(job.attempt_errors, params.attempt_error),
         leased_by=None,
         leased_until=None,
     )
@@ -279,7 +299,7 @@ def job_reschedule(ctx: Ctx, params: JobReschedule, now: datetime) -> Job:
 
 
 def job_complete(ctx: Ctx, params: JobComplete, now: datetime) -> JobCompleted:
-    job = _owned_job(ctx, params.job_id, params.worker_id, params.lease_generation)
+    job = owned_job(ctx, params.job_id, params.worker_id, params.lease_generation)
     completed = replace(
         job,
         status=JobStatus.COMPLETED,
@@ -295,31 +315,36 @@ def job_complete(ctx: Ctx, params: JobComplete, now: datetime) -> JobCompleted:
     return JobCompleted(
         job=completed,
         chain_completed=chain_completed,
-        unblocked_jobs=_unblock(ctx, job.chain_id, now) if chain_completed else [],
+        unblocked_jobs=unblock(ctx, job.chain_id, now) if chain_completed else [],
         previous_leased_by=job.leased_by,
         was_running=job.status is JobStatus.RUNNING,
     )
 
 
-def _unblock(ctx: Ctx, chain_id: str, now: datetime) -> list[Job]:
-    """Move the blocked dependents of a completed chain whose blockers are all complete to pending."""
-    candidates = [job for job in ctx.view.dependents(chain_id) if job.status is JobStatus.BLOCKED]
+def unblock(ctx: Ctx, chain_id: str, now: datetime, *, only_opted_in: bool = False) -> list[Job]:
+    """Move the blocked dependents of a finished chain whose blockers are all resolved to pending.
+
+    A completed chain resolves every dependent; a failed or cancelled one only those created
+    with ``runs_after_failed_blockers`` (``only_opted_in``: the others are failed instead).
+    """
+    candidates = [
+        job
+        for job in ctx.view.dependents(chain_id)
+        if job.status is JobStatus.BLOCKED and (job.runs_after_failed_blockers or not only_opted_in)
+    ]
     for job in candidates:
         # Locked before deciding: two transactions completing this job's last two blockers
         # concurrently are serialized here, so the second one sees the first one's commit.
         ctx.lock(job.id)
     unblocked: list[Job] = []
     for job in candidates:
-        if all(_chain_done(ctx.view, blocker_id) for blocker_id in ctx.view.blockers(job.id)):
+        opted_in = job.runs_after_failed_blockers
+        blockers = ctx.view.blockers(job.id)
+        if all(resolved(ctx.view.last_job(b), runs_after_failed_blockers=opted_in) for b in blockers):
             pending = replace(job, status=JobStatus.PENDING, scheduled_at=max(job.scheduled_at, now))
             unblocked.append(ctx.put(pending))
     unblocked.sort(key=created_key)
     return unblocked
-
-
-def _chain_done(view: View, chain_id: str) -> bool:
-    last = view.last_job(chain_id)
-    return last is None or last.status is JobStatus.COMPLETED  # a vanished chain no longer blocks
 
 
 # ---------------------------------------------------------------- operator transitions
@@ -335,48 +360,3 @@ def jobs_trigger(ctx: Ctx, params: JobsTrigger, now: datetime) -> JobsTriggered:
     if not_found or not_triggerable:
         return JobsTriggered(not_found=not_found, not_triggerable=not_triggerable)
     return JobsTriggered(triggered=[ctx.put(replace(found[job_id], scheduled_at=now)) for job_id in job_ids])
-
-
-def chains_delete(ctx: Ctx, params: ChainsDelete) -> ChainsDeleted:
-    view = ctx.view
-    members = {chain_id: view.chain_jobs(chain_id) for chain_id in unique(params.chain_ids)}
-    selected = [chain_id for chain_id, jobs in members.items() if jobs]
-    if params.cascade:
-        requested = len(selected)
-        position = 0
-        while position < len(selected):  # grows while walking: breadth-first over blockers
-            for job in members[selected[position]]:
-                for blocker_id in view.blockers(job.id):
-                    if blocker_id not in members:
-                        members[blocker_id] = view.chain_jobs(blocker_id)
-                        if members[blocker_id]:
-                            selected.append(blocker_id)
-            position += 1
-        # Requested chains keep request order; the ones cascade added come by root creation.
-        selected[requested:] = sorted(
-            selected[requested:], key=lambda chain_id: created_key(members[chain_id][0])
-        )
-    in_set = set(selected)
-    doomed = [job for chain_id in selected for job in members[chain_id]]
-    for job in doomed:
-        ctx.lock(job.id)  # also makes a concurrent blocked insert against these chains wait
-    referencing = [
-        (created_key(job), chain_id)
-        for chain_id in selected
-        for job in view.dependents(chain_id)
-        if job.chain_id not in in_set
-    ]
-    references = [  # by the referencing job's (created_at, id), then the blocker chain's id
-        BlockerReference(chain_id=chain_id, referenced_by_job_id=job_key[1])
-        for job_key, chain_id in sorted(referencing)
-    ]
-    if references:
-        return ChainsDeleted(chains=[], blocker_references=references)
-    for job in doomed:
-        ctx.store.put(ctx.tx, job.id, None)
-    return ChainsDeleted(
-        chains=[Chain(members[chain_id][0], members[chain_id][-1]) for chain_id in selected],
-        running_job_ids=[
-            job.id for job in sorted(doomed, key=created_key) if job.status is JobStatus.RUNNING
-        ],
-    )

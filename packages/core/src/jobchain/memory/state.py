@@ -21,13 +21,19 @@ from jobchain.contracts.state import (
     BlockedJobsList,
     ChainGet,
     ChainJobsList,
+    ChainsCancel,
+    ChainsCancelled,
     ChainsDelete,
     ChainsDeleted,
     ChainsList,
+    ChainsPrune,
+    ChainsPruned,
     JobBlockersGet,
     JobComplete,
     JobCompleted,
     JobCreated,
+    JobFail,
+    JobFailed,
     JobGet,
     JobNextAvailable,
     JobRenewLease,
@@ -37,6 +43,8 @@ from jobchain.contracts.state import (
     JobsCreate,
     JobsList,
     JobsReapExpired,
+    JobsRetried,
+    JobsRetry,
     JobsTrigger,
     JobsTriggered,
     StateTx,
@@ -46,7 +54,7 @@ from jobchain.contracts.state import (
 )
 from jobchain.entities import Chain, Job, Page, WorkerInfo, utcnow
 from jobchain.errors import AdapterClosedError, InvalidArgumentError, TransientStateError
-from jobchain.memory import _reads, _workers, _writes
+from jobchain.memory import _deletion, _lifecycle, _reads, _workers, _writes
 from jobchain.memory._store import START, Blocked, Mark, Store, TxState
 from jobchain.memory._views import View, view_for
 
@@ -287,6 +295,9 @@ class MemoryStateTx:
     async def job_complete(self, params: JobComplete) -> JobCompleted:
         return await self._write(lambda ctx, now: _writes.job_complete(ctx, params, now), params.now)
 
+    async def job_fail(self, params: JobFail) -> JobFailed:
+        return await self._write(lambda ctx, now: _lifecycle.job_fail(ctx, params, now), params.now)
+
     async def jobs_reap_expired(self, params: JobsReapExpired) -> list[Job]:
         return await self._write(lambda ctx, now: _workers.jobs_reap_expired(ctx, params, now), params.now)
 
@@ -306,7 +317,17 @@ class MemoryStateTx:
         return await self._write(lambda ctx, now: _writes.jobs_trigger(ctx, params, now), params.now)
 
     async def chains_delete(self, params: ChainsDelete) -> ChainsDeleted:
-        return await self._write(lambda ctx, _: _writes.chains_delete(ctx, params), None)
+        return await self._write(lambda ctx, _: _deletion.chains_delete(ctx, params), None)
+
+    async def chains_cancel(self, params: ChainsCancel) -> ChainsCancelled:
+        return await self._write(lambda ctx, now: _lifecycle.chains_cancel(ctx, params, now), params.now)
+
+    async def jobs_retry(self, params: JobsRetry) -> JobsRetried:
+        return await self._write(lambda ctx, now: _lifecycle.jobs_retry(ctx, params, now), params.now)
+
+    async def chains_prune(self, params: ChainsPrune) -> ChainsPruned:
+        """Retention; one transaction at a time prunes (a second call returns ``busy=True``)."""
+        return await self._write(lambda ctx, _: _deletion.chains_prune(ctx, params), None)
 
     # ------------------------------------------------------------ listings
 
