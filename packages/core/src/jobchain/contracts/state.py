@@ -111,6 +111,12 @@ class JobsCreate:
 
     Deduplication scope ``incomplete`` matches a chain whose last job is not terminal (not
     completed, failed or cancelled): a failed chain never holds its key.
+
+    A blocker chain that is already failed or cancelled when the job is inserted: a
+    ``runs_after_failed_blockers`` job counts it as resolved; any other job is inserted
+    ``failed`` at once, exactly as propagation would have failed it (``failed_by_chain_id`` =
+    the first such blocker in declared order). ``incomplete_blocker_chain_ids`` lists the
+    blocker chains that are not terminal.
     """
 
     jobs: Sequence[NewJob]
@@ -151,7 +157,11 @@ class ChainGet:
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class JobGet:
-    """Read a job; ``lock=True`` takes the exclusive row lock until the tx ends."""
+    """Read a job; ``lock=True`` takes the exclusive row lock until the tx ends.
+
+    Claims, reaps and other ``lock=True`` reads wait for or skip that lock as for any row lock,
+    but :class:`ChainsCancel` does not wait for it (an atomic attempt holds its job this way).
+    """
 
     job_id: str
     lock: bool = False
@@ -325,7 +335,11 @@ class JobsRetry:
     (``failed_by_chain_id``), and recursively theirs, goes back to ``blocked`` with the same
     resets (its open blockers counted again). All-or-nothing: a missing id, a job that is not
     failed or cancelled, or one whose failure came from a blocker chain that is still failed or
-    cancelled, changes nothing and is listed instead.
+    cancelled, changes nothing and is listed instead. A job not created with
+    ``runs_after_failed_blockers`` that has any failed or cancelled blocker chain is refused
+    the same way (``blocked_by_failed`` names that chain); a dependent that would follow but
+    has another failed or cancelled blocker chain stays ``failed`` with ``failed_by_chain_id``
+    = that chain (retrying it brings the dependent back).
     """
 
     job_ids: Sequence[str]
@@ -356,7 +370,9 @@ class ChainsPrune:
     completed_before``, ``failed`` with ``failed_at < failed_before`` or ``cancelled`` with
     ``cancelled_at < cancelled_before``. Every job and blocker row of a deleted chain goes with
     it, as in :class:`ChainsDelete`; a qualifying chain that blocks a job outside the deleted
-    set is skipped (kept until its dependents go). One caller at a time: a call that finds
+    set is skipped (kept until its dependents go). A qualifying chain that blocks a job of a
+    chain that does not qualify is left out before the ``limit`` oldest are chosen, so it never
+    crowds out the chains behind it. One caller at a time: a call that finds
     another prune in progress returns at once with ``busy=True`` and deletes nothing.
     ``locks_before`` also deletes deduplication bookkeeping (where the adapter keeps any)
     last used before it.
