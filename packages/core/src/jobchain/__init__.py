@@ -16,10 +16,13 @@ from jobchain.entities import (
 )
 from jobchain.errors import *  # noqa: F403 -- the error tree is public API, listed in errors.__all__
 from jobchain.errors import __all__ as _error_names
-from jobchain.job_types import JobType, JobTypes
+from jobchain.job_types import DEFAULT_MAX_ATTEMPTS, UNSET, JobType, JobTypes
 from jobchain.transactions import Transaction, TransactionHooks
+from jobchain.worker.retention import Retention
 
 __all__ = [
+    "DEFAULT_MAX_ATTEMPTS",
+    "UNSET",
     "AttemptError",
     "Chain",
     "ChainStart",
@@ -35,6 +38,7 @@ __all__ = [
     "JobTypes",
     "Page",
     "RescueReason",
+    "Retention",
     "Schedule",
     "Transaction",
     "TransactionHooks",

@@ -12,6 +12,7 @@ from jobchain.worker.backoff import Backoff, LeaseConfig
 from jobchain.worker.batch import Batch, BatchResultError
 from jobchain.worker.loop import Worker
 from jobchain.worker.processors import AttemptMiddleware, Processors
+from jobchain.worker.retention import Retention
 
 __all__ = [
     "AbortReason",
@@ -28,5 +29,6 @@ __all__ = [
     "HandlerDidNotCompleteError",
     "LeaseConfig",
     "Processors",
+    "Retention",
     "Worker",
 ]

@@ -33,7 +33,8 @@ from typing import TYPE_CHECKING, Any, Generic, Literal, TypeVar
 from jobchain.contracts import JobBlockersGet, JobGet
 from jobchain.entities import Chain, Job, JobStatus, Schedule
 from jobchain.errors import InvalidArgumentError, JobchainError
-from jobchain.worker.abort import AbortReason, AbortSignal, AttemptAbortedError
+from jobchain.worker.abort import AbortSignal, AttemptAbortedError
+from jobchain.worker.ownership import reason_for
 from jobchain.worker.processors import run_wrapped
 
 if TYPE_CHECKING:
@@ -361,16 +362,9 @@ class Attempt(Generic[I, O]):
         """
         assert self._tx is not None
         current = await self._tx.state.job_get(JobGet(job_id=self.job.id, lock=True))
-        if current is None:
-            raise AttemptAbortedError(AbortReason.NOT_FOUND)
-        if current.status is JobStatus.COMPLETED:
-            raise AttemptAbortedError(AbortReason.ALREADY_COMPLETED)
-        if (
-            current.status is not JobStatus.RUNNING
-            or current.leased_by != self.worker_id
-            or current.lease_generation != self.job.lease_generation
-        ):
-            raise AttemptAbortedError(AbortReason.TAKEN_BY_ANOTHER_WORKER)
+        reason = reason_for(current, self.worker_id, self.job.lease_generation)
+        if reason is not None:
+            raise AttemptAbortedError(reason)
 
     async def _open_tx(self) -> None:
         self._tx_stack = AsyncExitStack()
@@ -409,3 +403,7 @@ class Attempt(Generic[I, O]):
     @property
     def completed(self) -> Completed | None:
         return self._completed
+
+    def unfinished(self) -> bool:
+        """No completion yet, or one still waiting for its commit (it would roll back)."""
+        return self._completed is None or self._tx is not None or self._deferred is not None

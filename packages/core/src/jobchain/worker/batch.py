@@ -22,12 +22,9 @@ from jobchain.contracts import JobRenewLease
 from jobchain.entities import Job
 from jobchain.errors import JobchainError
 from jobchain.worker.abort import AbortReason, AbortSignal
-from jobchain.worker.runner import (
-    OWNERSHIP_LOSSES,
-    AttemptSettings,
-    reason_for_error,
-    reschedule_attempt,
-)
+from jobchain.worker.failures import fail_over_limit, over_limit, record_failure
+from jobchain.worker.ownership import OWNERSHIP_LOSSES, reason_for_error
+from jobchain.worker.runner import AttemptSettings
 
 if TYPE_CHECKING:
     from jobchain.client import Client
@@ -97,6 +94,15 @@ class BatchRunner:
         jobs: list[Job] = []
         inputs: list[Any] = []
         undecodable: list[tuple[Job, BaseException]] = []
+        spent = [job for job in self.jobs if job.id not in self._lost and over_limit(job, self.settings)]
+        if spent:
+            await asyncio.gather(
+                *(
+                    fail_over_limit(self.client, job, self.worker_id, self.settings, self.on_event)
+                    for job in spent
+                )
+            )
+            self._lost.update(job.id for job in spent)
         for job in self.jobs:
             if job.id in self._lost:
                 continue
@@ -169,7 +175,7 @@ class BatchRunner:
         if failures:
             await asyncio.gather(
                 *(
-                    reschedule_attempt(self.client, job, self.worker_id, self.settings, self.on_event, error)
+                    record_failure(self.client, job, self.worker_id, self.settings, self.on_event, error)
                     for job, error in failures
                 )
             )

@@ -16,10 +16,10 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import math
 import random
 from collections.abc import Sequence
 from contextlib import AbstractAsyncContextManager
+from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 
 from jobchain.contracts import (
@@ -32,6 +32,7 @@ from jobchain.contracts import (
 )
 from jobchain.entities import Job, WorkerState
 from jobchain.errors import InvalidArgumentError, SchemaNotMigratedError, UnknownJobTypeError
+from jobchain.job_types import UNSET, MaxAttempts, validate_max_attempts, validate_timeout
 from jobchain.worker.backoff import DEFAULT_RECOVERY_BACKOFF, Backoff, LeaseConfig
 from jobchain.worker.completer import CompletionGroups
 from jobchain.worker.connections import reserve_connections
@@ -51,7 +52,8 @@ from jobchain.worker.processors import (
     merge_processors,
 )
 from jobchain.worker.reaper import Reaper
-from jobchain.worker.settings import WorkerSettings
+from jobchain.worker.retention import Pruner, Retention
+from jobchain.worker.settings import WorkerSettings, count_setting, positive_seconds
 from jobchain.worker.slots import Slots
 from jobchain.worker.wakeups import WakeUps
 
@@ -59,23 +61,6 @@ if TYPE_CHECKING:
     from jobchain.client import Client
 
 log = logging.getLogger("jobchain.worker")
-
-
-def _positive_seconds(name: str, value: float) -> float:
-    if (
-        isinstance(value, bool)
-        or not isinstance(value, (int, float))
-        or not math.isfinite(value)
-        or value <= 0
-    ):
-        raise InvalidArgumentError(f"{name} must be a positive number of seconds, got {value!r}")
-    return float(value)
-
-
-def _count(name: str, value: int, minimum: int) -> int:
-    if not isinstance(value, int) or isinstance(value, bool) or value < minimum:
-        raise InvalidArgumentError(f"{name} must be an integer >= {minimum}, got {value!r}")
-    return value
 
 
 class Worker:
@@ -111,6 +96,12 @@ class Worker:
     its running jobs to pending (see :mod:`jobchain.worker.heartbeat`). ``recovery`` is the
     loop's backoff after a database or broker failure; a heartbeat that succeeds again ends
     it at once.
+
+    ``max_attempts`` (default :data:`~jobchain.job_types.DEFAULT_MAX_ATTEMPTS`; None:
+    unlimited) and ``timeout`` (a handler deadline; default none) apply to the types whose
+    processor, slice and job type set none: a job whose last attempt fails becomes ``failed``
+    (see :mod:`jobchain.worker.failures`, :mod:`jobchain.worker.deadline`). ``retention``
+    deletes old finished chains (see :mod:`jobchain.worker.retention`).
     """
 
     def __init__(
@@ -130,9 +121,12 @@ class Worker:
         shutdown_timeout: float = 30.0,
         heartbeat_interval: float = DEFAULT_HEARTBEAT_INTERVAL,
         missed_heartbeats: int = DEFAULT_MISSED_HEARTBEATS,
+        max_attempts: MaxAttempts = UNSET,
+        timeout: timedelta | float | None = None,
+        retention: Retention | None = None,
     ) -> None:
-        self.concurrency = _count("concurrency", concurrency, 1)
-        self.prefetch = _count("prefetch", prefetch, 0)
+        self.concurrency = count_setting("concurrency", concurrency, 1)
+        self.prefetch = count_setting("prefetch", prefetch, 0)
         slices = [processors] if isinstance(processors, Processors) else list(processors)
         check_required_middleware(slices, required_middleware)
         self._processors: dict[str, Processor] = merge_processors(slices)
@@ -145,13 +139,27 @@ class Worker:
         self.client = client
         self.name = name
         self.worker_id = make_worker_id(name)
-        self.poll_interval = _positive_seconds("poll_interval", poll_interval)
-        self.shutdown_timeout = _positive_seconds("shutdown_timeout", shutdown_timeout)
-        self.heartbeat_interval = _positive_seconds("heartbeat_interval", heartbeat_interval)
+        self.poll_interval = positive_seconds("poll_interval", poll_interval)
+        self.shutdown_timeout = positive_seconds("shutdown_timeout", shutdown_timeout)
+        self.heartbeat_interval = positive_seconds("heartbeat_interval", heartbeat_interval)
         # One missed heartbeat must never be enough: a slow round trip is not a death.
-        self.missed_heartbeats = _count("missed_heartbeats", missed_heartbeats, 2)
+        self.missed_heartbeats = count_setting("missed_heartbeats", missed_heartbeats, 2)
         self._recovery = recovery
-        self._settings = WorkerSettings(self._processors, retry=retry, lease=lease, recovery=recovery)
+        self._settings = WorkerSettings(
+            self._processors,
+            retry=retry,
+            lease=lease,
+            recovery=recovery,
+            max_attempts=validate_max_attempts(max_attempts, "Worker(max_attempts=...)"),
+            timeout=validate_timeout(timeout, "Worker(timeout=...)"),
+        )
+        if retention is not None and not isinstance(retention, Retention):
+            raise InvalidArgumentError(f"retention must be a jobchain.Retention, got {retention!r}")
+        self._pruner = (
+            Pruner(client, retention, self.worker_id, emit=self._emit, recovery=recovery)
+            if retention
+            else None
+        )
         self._type_names = sorted(self._processors)
         self._type_leases = self._settings.type_leases()
         self._events = EventLog(log)
@@ -231,6 +239,8 @@ class Worker:
         self._loop_task.add_done_callback(_retrieve)
         self._heartbeat.start()
         self._reaper.start()
+        if self._pruner is not None:
+            self._pruner.start()
 
     async def stop(self) -> None:
         """Stop claiming, let in-flight attempts finish (up to ``shutdown_timeout``), release the rest.
@@ -248,8 +258,11 @@ class Worker:
         self._heartbeat.set_state(WorkerState.DRAINING)
         self._wake.set()
         await self._reaper.stop()
+        if self._pruner is not None:
+            await self._pruner.stop()
         await asyncio.gather(self._loop_task, return_exceptions=True)
         await self._slots.drain(self.shutdown_timeout)
+        await self._slots.watch.stop()
         await self._slots.release_buffered()
         await self._wakeups.close()
         await self._heartbeat.stop()

@@ -9,9 +9,11 @@ from __future__ import annotations
 import inspect
 from collections.abc import Awaitable, Callable, Iterable, Sequence
 from dataclasses import dataclass, field
+from datetime import timedelta
 from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
 from jobchain.errors import DuplicateJobTypeError, InvalidArgumentError
+from jobchain.job_types import UNSET, MaxAttempts, validate_max_attempts, validate_timeout
 from jobchain.worker.backoff import Backoff, LeaseConfig
 
 if TYPE_CHECKING:
@@ -48,6 +50,10 @@ class Processor:
     lease: LeaseConfig | None = None
     max_batch: int | None = None
     """Set for a batch processor: its handler takes up to this many jobs at once."""
+    max_attempts: MaxAttempts = UNSET
+    """Attempt limit (None: unlimited; UNSET: the job type's, then the worker's)."""
+    timeout: timedelta | None = None
+    """Handler deadline (None: the job type's, then the worker's)."""
 
 
 DEFAULT_MAX_BATCH = 100
@@ -56,10 +62,32 @@ DEFAULT_MAX_BATCH = 100
 
 @dataclass
 class Processors:
-    """A slice of processors with the middleware that wraps all of its attempts."""
+    """A slice of processors with the middleware that wraps all of its attempts.
+
+    ``max_attempts`` and ``timeout`` are the slice's defaults for its processors that set
+    none; they win over the job type's and the worker's settings.
+    """
 
     middleware: Sequence[object] = ()
     _by_type: dict[str, Processor] = field(default_factory=dict)
+    max_attempts: MaxAttempts = UNSET
+    timeout: timedelta | float | None = None
+
+    def __post_init__(self) -> None:
+        self.max_attempts = validate_max_attempts(self.max_attempts, "Processors(max_attempts=...)")
+        self.timeout = validate_timeout(self.timeout, "Processors(timeout=...)")
+
+    def _limits(
+        self, name: str, max_attempts: MaxAttempts, timeout: timedelta | float | None
+    ) -> tuple[MaxAttempts, timedelta | None]:
+        """A processor's own limits, validated, else the slice's."""
+        checked = validate_max_attempts(max_attempts, f"{name}: max_attempts")
+        deadline = validate_timeout(timeout, f"{name}: timeout")
+        slice_timeout = self.timeout if isinstance(self.timeout, timedelta) else None
+        return (
+            checked if checked is not UNSET else self.max_attempts,
+            deadline if deadline is not None else slice_timeout,
+        )
 
     def register(
         self,
@@ -68,12 +96,19 @@ class Processors:
         *,
         retry: Backoff | None = None,
         lease: LeaseConfig | None = None,
+        max_attempts: MaxAttempts = UNSET,
+        timeout: timedelta | float | None = None,
     ) -> None:
-        """Handle ``job_type`` with ``handler`` (async: runs on the loop; sync: in a thread)."""
+        """Handle ``job_type`` with ``handler`` (async: runs on the loop; sync: in a thread).
+
+        ``max_attempts`` (None: unlimited) and ``timeout`` (a handler deadline, seconds or a
+        timedelta) win over the slice's, the job type's and the worker's.
+        """
         if job_type.name in self._by_type:
             raise DuplicateJobTypeError([job_type.name])
         if not callable(handler):
             raise InvalidArgumentError(f"handler for {job_type.name!r} must be callable")
+        limit, deadline = self._limits(job_type.name, max_attempts, timeout)
         self._by_type[job_type.name] = Processor(
             job_type=job_type,
             handler=handler,
@@ -81,15 +116,23 @@ class Processors:
             middleware=tuple(self.middleware),
             retry=retry,
             lease=lease,
+            max_attempts=limit,
+            timeout=deadline,
         )
 
     def handler(
-        self, job_type: JobType[I, O], *, retry: Backoff | None = None, lease: LeaseConfig | None = None
+        self,
+        job_type: JobType[I, O],
+        *,
+        retry: Backoff | None = None,
+        lease: LeaseConfig | None = None,
+        max_attempts: MaxAttempts = UNSET,
+        timeout: timedelta | float | None = None,
     ) -> Callable[[Callable[[Attempt[I, O]], Any]], Callable[[Attempt[I, O]], Any]]:
         """Decorator form of :meth:`register`."""
 
         def decorate(fn: Callable[[Attempt[I, O]], Any]) -> Callable[[Attempt[I, O]], Any]:
-            self.register(job_type, fn, retry=retry, lease=lease)
+            self.register(job_type, fn, retry=retry, lease=lease, max_attempts=max_attempts, timeout=timeout)
             return fn
 
         return decorate
@@ -103,11 +146,13 @@ class Processors:
         max_batch: int = DEFAULT_MAX_BATCH,
         retry: Backoff | None = None,
         lease: LeaseConfig | None = None,
+        max_attempts: MaxAttempts = UNSET,
     ) -> None:
         """Handle ``job_type`` many jobs at a time: ``handler(batch)`` returns one output per job.
 
-        An exception in a job's place reschedules that job alone; a handler that raises
-        reschedules the whole batch. See :class:`jobchain.worker.Batch`.
+        An exception in a job's place reschedules that job alone (or fails it, once its
+        attempts are used up or for ``FailJob`` and the type's ``fail_on``); a handler that
+        raises does so for every job of the batch. See :class:`jobchain.worker.Batch`.
         """
         if job_type.name in self._by_type:
             raise DuplicateJobTypeError([job_type.name])
@@ -120,6 +165,7 @@ class Processors:
                 f"middleware wraps one attempt at a time; register the batch handler for "
                 f"{job_type.name!r} in a Processors() slice without middleware"
             )
+        limit, _ = self._limits(job_type.name, max_attempts, None)
         self._by_type[job_type.name] = Processor(
             job_type=job_type,
             handler=handler,
@@ -128,6 +174,7 @@ class Processors:
             retry=retry,
             lease=lease,
             max_batch=max_batch,
+            max_attempts=limit,
         )
 
     def batch_handler(
@@ -137,11 +184,14 @@ class Processors:
         max_batch: int = DEFAULT_MAX_BATCH,
         retry: Backoff | None = None,
         lease: LeaseConfig | None = None,
+        max_attempts: MaxAttempts = UNSET,
     ) -> Callable[[Callable[[Batch[I, O]], Any]], Callable[[Batch[I, O]], Any]]:
         """Decorator form of :meth:`register_batch`."""
 
         def decorate(fn: Callable[[Batch[I, O]], Any]) -> Callable[[Batch[I, O]], Any]:
-            self.register_batch(job_type, fn, max_batch=max_batch, retry=retry, lease=lease)
+            self.register_batch(
+                job_type, fn, max_batch=max_batch, retry=retry, lease=lease, max_attempts=max_attempts
+            )
             return fn
 
         return decorate

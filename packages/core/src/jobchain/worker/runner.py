@@ -4,23 +4,27 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import traceback
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 
-from jobchain.contracts import JobGet, JobRenewLease, JobReschedule
-from jobchain.entities import Job, JobStatus, Schedule
-from jobchain.errors import (
-    JobAlreadyCompletedError,
-    JobNotFoundError,
-    JobTakenByAnotherWorkerError,
-    RescheduleJobError,
-)
-from jobchain.worker.abort import AbortReason, AttemptAbortedError
+from jobchain.contracts import JobGet, JobRenewLease
+from jobchain.entities import Job
+from jobchain.job_types import DEFAULT_MAX_ATTEMPTS
+from jobchain.worker.abort import AbortReason
 from jobchain.worker.attempt import Attempt, Continue, HandlerDidNotCompleteError
 from jobchain.worker.backoff import DEFAULT_RECOVERY_BACKOFF, Backoff, LeaseConfig
+from jobchain.worker.deadline import Deadline
+from jobchain.worker.failures import (
+    MAX_ERROR_LENGTH,
+    RESCHEDULE_TRIES,
+    describe_error,
+    fail_over_limit,
+    over_limit,
+    record_failure,
+)
+from jobchain.worker.ownership import OWNERSHIP_LOSSES, reason_for, reason_for_error
 from jobchain.worker.processors import run_wrapped
 
 if TYPE_CHECKING:
@@ -31,61 +35,36 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("jobchain.worker")
 
-MAX_ERROR_LENGTH = 10_000
+__all__ = [
+    "MAX_ERROR_LENGTH",
+    "OWNERSHIP_LOSSES",
+    "RESCHEDULE_TRIES",
+    "AttemptRunner",
+    "AttemptSettings",
+    "describe_error",
+    "reason_for",
+    "reason_for_error",
+    "reschedule_attempt",
+]
 
-OWNERSHIP_LOSSES = (
-    JobNotFoundError,
-    JobAlreadyCompletedError,
-    JobTakenByAnotherWorkerError,
-    AttemptAbortedError,
-)
-"""The errors that mean the attempt no longer owns its job (or must stop): nothing to retry."""
-
-
-def describe_error(error: BaseException) -> str:
-    """A readable, bounded record of an error for ``last_attempt_error``."""
-    text = "".join(traceback.format_exception(type(error), error, error.__traceback__)).strip()
-    if not text:
-        text = f"{type(error).__name__}: {error!r}"
-    return text if len(text) <= MAX_ERROR_LENGTH else text[: MAX_ERROR_LENGTH - 15] + "\n…(truncated)"
-
-
-def reason_for(job: Job | None, worker_id: str, lease_generation: int) -> AbortReason | None:
-    """Why this worker no longer owns ``job`` (None if it still does)."""
-    if job is None:
-        return AbortReason.NOT_FOUND
-    if job.status is JobStatus.COMPLETED:
-        return AbortReason.ALREADY_COMPLETED
-    if (
-        job.status is not JobStatus.RUNNING
-        or job.leased_by != worker_id
-        or job.lease_generation != lease_generation
-    ):
-        return AbortReason.TAKEN_BY_ANOTHER_WORKER
-    return None
-
-
-def reason_for_error(error: BaseException) -> AbortReason:
-    if isinstance(error, JobNotFoundError):
-        return AbortReason.NOT_FOUND
-    if isinstance(error, JobAlreadyCompletedError):
-        return AbortReason.ALREADY_COMPLETED
-    if isinstance(error, JobTakenByAnotherWorkerError):
-        return AbortReason.TAKEN_BY_ANOTHER_WORKER
-    if isinstance(error, AttemptAbortedError):
-        return error.reason
-    return AbortReason.ERROR
-
-
-RESCHEDULE_TRIES = 8
-"""How often a failed attempt's reschedule is tried before the job is left to the reaper."""
+WATCH_AFTER_SECONDS = 0.25
+"""An attempt not in staged mode that has run this long starts listening for ownership loss
+(cancellation): quick attempts never pay for a subscription."""
 
 
 @dataclass(frozen=True, slots=True)
 class AttemptSettings:
+    """One served type's resolved attempt settings (see :mod:`jobchain.worker.settings`)."""
+
     retry: Backoff
     lease: LeaseConfig
     recovery: Backoff = DEFAULT_RECOVERY_BACKOFF
+    max_attempts: int | None = DEFAULT_MAX_ATTEMPTS
+    """Attempts a job may use (since its last retry) before it fails; None: unlimited."""
+    timeout: timedelta | None = None
+    """The handler's deadline; None: none."""
+    fail_on: tuple[type[BaseException], ...] = ()
+    """Exception types that fail the job at once."""
 
 
 class AttemptRunner:
@@ -114,10 +93,18 @@ class AttemptRunner:
         self.attempt: Attempt[Any, Any] | None = None
         self._renewal: asyncio.Task[None] | None = None
         self._unsubscribe: Unsubscribe | None = None
+        self._watch: asyncio.Task[None] | None = None
+        self.started_at: float | None = None
+        """Loop time the handler started (None before): the worker's watch reads it."""
+        self.watched = False
+        """Whether the attempt listens for ownership loss (staged mode, or a long attempt)."""
 
     async def run(self) -> None:
         """Run the attempt to its end; never raises except on cancellation."""
         self.on_event("job_attempt_started", self.job, {})
+        if over_limit(self.job, self.settings):
+            await fail_over_limit(self.client, self.job, self.worker_id, self.settings, self.on_event)
+            return
         try:
             attempt: Attempt[Any, Any] = Attempt(self.client, self.processor, self.job, self.worker_id)
         except Exception as error:  # stored input no longer matches the type: retry later
@@ -126,8 +113,14 @@ class AttemptRunner:
         self.attempt = attempt
         attempt.on_staged = self._start_staged
         attempt.completion_groups = self.completion_groups
+        self.started_at = asyncio.get_running_loop().time()
         try:
-            await self._invoke(attempt)
+            timeout = self.settings.timeout
+            if timeout is None:
+                await self._invoke(attempt)
+            else:
+                deadline = Deadline(self.job.id, timeout, attempt.signal, self._timed_out)
+                await deadline.run(self._invoke(attempt), attempt.unfinished)
             if attempt.completed is None:
                 raise HandlerDidNotCompleteError()
             if self.on_handler_returned is not None:
@@ -210,23 +203,56 @@ class AttemptRunner:
                 raise
         await task
 
+    def _timed_out(self) -> None:
+        self.on_event("job_timed_out", self.job, {"timeout": self.settings.timeout})
+
     async def _start_staged(self) -> None:
         """Staged mode: keep the lease alive and listen for ownership loss."""
-        notify = self.client.notify
-        if notify is not None:
-            try:
-                self._unsubscribe = await notify.listen_job_ownership_lost(
-                    self.job.id, self._on_ownership_lost
-                )
-            except Exception:  # notifications are hints; renewal still detects the loss
-                log.warning("could not listen for ownership loss of job %s", self.job.id, exc_info=True)
+        if not self.watched:
+            self.watched = True
+            await self._listen()
         self._renewal = asyncio.create_task(self._renew_forever())
 
+    async def _listen(self) -> bool:
+        """Listen for this job's ownership loss; False when there is no notify adapter (or it failed)."""
+        notify = self.client.notify
+        if notify is None:
+            return False
+        try:
+            self._unsubscribe = await notify.listen_job_ownership_lost(self.job.id, self._on_ownership_lost)
+        except Exception:  # notifications are hints; renewal still detects the loss
+            log.warning("could not listen for ownership loss of job %s", self.job.id, exc_info=True)
+            return False
+        return True
+
+    def watch(self) -> None:
+        """Called by the worker's watch once a non-staged attempt has run a while: from now on
+        it learns of a cancellation (or any loss of its job) within a second, as staged
+        attempts do; without notifications, by reading its job every renewal interval."""
+        attempt = self.attempt
+        if self.watched or attempt is None or attempt.signal.aborted:
+            return
+        self.watched = True
+        self._watch = asyncio.get_running_loop().create_task(self._watch_long_attempt(attempt))
+
+    async def _watch_long_attempt(self, attempt: Attempt[Any, Any]) -> None:
+        listening = await self._listen()
+        # A loss published before the subscription was live went unheard: read once.
+        await self._check_ownership()
+        if listening:
+            return
+        every = self.settings.lease.renew_every.total_seconds()
+        while not attempt.signal.aborted and attempt.completed is None:
+            await asyncio.sleep(every)
+            await self._check_ownership()
+
     async def _stop_staged(self) -> None:
-        renewal, self._renewal = self._renewal, None
-        if renewal is not None:
-            renewal.cancel()
-            await asyncio.gather(renewal, return_exceptions=True)
+        tasks = [task for task in (self._renewal, self._watch) if task is not None]
+        self._renewal = self._watch = None
+        for task in tasks:
+            task.cancel()
+        if tasks:
+            await asyncio.gather(*tasks, return_exceptions=True)
         unsubscribe, self._unsubscribe = self._unsubscribe, None
         if unsubscribe is not None:
             try:
@@ -235,15 +261,20 @@ class AttemptRunner:
                 log.debug("unsubscribe failed", exc_info=True)
 
     def _on_ownership_lost(self, _job_id: str) -> None:
-        if self._renewal is not None and not self._renewal.done():
+        attempt = self.attempt
+        if attempt is not None and not attempt.signal.aborted and attempt.completed is None:
             asyncio.get_running_loop().create_task(self._check_ownership())
 
     async def _check_ownership(self) -> None:
         attempt = self.attempt
         if attempt is None or attempt.signal.aborted or attempt.completed is not None:
             return
-        async with self.client.state.transaction(read_only=True) as tx:
-            current = await tx.job_get(JobGet(job_id=self.job.id))
+        try:
+            async with self.client.state.transaction(read_only=True) as tx:
+                current = await tx.job_get(JobGet(job_id=self.job.id))
+        except Exception:  # a hint only: the attempt's own writes are fenced anyway
+            log.debug("could not read job %s to check its ownership", self.job.id, exc_info=True)
+            return
         reason = reason_for(current, self.worker_id, self.job.lease_generation)
         if reason is not None and attempt.completed is None:
             attempt.signal.abort(reason)
@@ -279,57 +310,8 @@ class AttemptRunner:
                     return
 
     async def _reschedule(self, error: BaseException) -> None:
-        await reschedule_attempt(self.client, self.job, self.worker_id, self.settings, self.on_event, error)
+        await record_failure(self.client, self.job, self.worker_id, self.settings, self.on_event, error)
 
 
-async def reschedule_attempt(
-    client: Client,
-    job: Job,
-    worker_id: str,
-    settings: AttemptSettings,
-    on_event: Callable[[str, Job, dict[str, Any]], None],
-    error: BaseException,
-) -> None:
-    """Hand a failed (or released) attempt's job back with its error and the retry backoff."""
-    if isinstance(error, RescheduleJobError):
-        schedule = error.schedule if isinstance(error.schedule, Schedule) else Schedule(after=timedelta(0))
-        message = error.cause or "rescheduled by the handler (no reason given)"
-    elif isinstance(error, AttemptAbortedError) and error.reason is AbortReason.SHUTDOWN:
-        schedule = Schedule(after=timedelta(0))
-        message = "released: the worker shut down before the attempt finished"
-    else:
-        schedule = Schedule(after=settings.retry.delay(job.attempt))
-        message = describe_error(error)
-    request = JobReschedule(
-        job_id=job.id,
-        schedule=schedule,
-        error=message,
-        worker_id=worker_id,
-        lease_generation=job.lease_generation,
-    )
-    loop = asyncio.get_running_loop()
-    lease_ends = loop.time() + settings.lease.duration.total_seconds()
-    for tries in range(1, RESCHEDULE_TRIES + 1):
-        try:
-            async with client.transaction() as tx:
-                rescheduled = await tx.state.job_reschedule(request)
-                tx.hooks.job_scheduled(rescheduled.type_name)
-            break
-        except OWNERSHIP_LOSSES as lost:
-            on_event("job_attempt_" + reason_for_error(lost).value, job, {})
-            return
-        except Exception:
-            # The store failed too. Leaving the job running would park it until its lease
-            # runs out, so try again while the lease holds; past that the reaper has it.
-            delay = settings.recovery.delay(tries).total_seconds()
-            if tries == RESCHEDULE_TRIES or loop.time() + delay >= lease_ends:
-                log.warning(
-                    "could not reschedule job %s; it returns when its lease expires", job.id, exc_info=True
-                )
-                return
-            await asyncio.sleep(delay)
-    on_event(
-        "job_attempt_failed",
-        job,
-        {"error": f"{type(error).__name__}: {error}", "rescheduled_at": rescheduled.scheduled_at.isoformat()},
-    )
+reschedule_attempt = record_failure
+"""The former name of :func:`jobchain.worker.failures.record_failure`."""

@@ -1,10 +1,18 @@
-"""Attempt settings per job type, resolved once: processor → job type → worker → library default."""
+"""Attempt settings per job type, resolved once: processor → job type → worker → library default.
+
+``max_attempts`` distinguishes UNSET (inherit from the next level) from None (unlimited): the
+first level that sets it wins, and the library's :data:`DEFAULT_MAX_ATTEMPTS` applies when none
+does. ``timeout`` is None where a level sets no deadline.
+"""
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 from datetime import timedelta
 
+from jobchain.errors import InvalidArgumentError
+from jobchain.job_types import DEFAULT_MAX_ATTEMPTS, UNSET, MaxAttempts
 from jobchain.worker.backoff import DEFAULT_BACKOFF, DEFAULT_LEASE, Backoff, LeaseConfig
 from jobchain.worker.processors import Processor
 from jobchain.worker.runner import AttemptSettings
@@ -24,6 +32,8 @@ class WorkerSettings:
         retry: Backoff | None,
         lease: LeaseConfig | None,
         recovery: Backoff,
+        max_attempts: MaxAttempts = UNSET,
+        timeout: timedelta | None = None,
     ) -> None:
         self.worker_lease = lease or DEFAULT_LEASE
         self._by_type = {
@@ -31,6 +41,9 @@ class WorkerSettings:
                 retry=p.retry or p.job_type.retry or retry or DEFAULT_BACKOFF,
                 lease=p.lease or p.job_type.lease or self.worker_lease,
                 recovery=recovery,
+                max_attempts=resolve_max_attempts(p.max_attempts, p.job_type.max_attempts, max_attempts),
+                timeout=p.timeout or p.job_type.timeout or timeout,
+                fail_on=p.job_type.fail_on,
             )
             for name, p in processors.items()
         }
@@ -60,3 +73,30 @@ class WorkerSettings:
     def shortest_lease(self) -> timedelta:
         """The shortest lease among the served types."""
         return min(s.lease.duration for s in self._by_type.values())
+
+
+def resolve_max_attempts(*levels: MaxAttempts) -> int | None:
+    """The first level that sets a limit (an int, or None for unlimited), else the default."""
+    for level in levels:
+        if level is not UNSET:
+            return level
+    return DEFAULT_MAX_ATTEMPTS
+
+
+def positive_seconds(name: str, value: float) -> float:
+    """``value`` as float seconds if it is a positive, finite number, else InvalidArgumentError."""
+    if (
+        isinstance(value, bool)
+        or not isinstance(value, (int, float))
+        or not math.isfinite(value)
+        or value <= 0
+    ):
+        raise InvalidArgumentError(f"{name} must be a positive number of seconds, got {value!r}")
+    return float(value)
+
+
+def count_setting(name: str, value: int, minimum: int) -> int:
+    """``value`` if it is an integer of at least ``minimum``, else InvalidArgumentError."""
+    if not isinstance(value, int) or isinstance(value, bool) or value < minimum:
+        raise InvalidArgumentError(f"{name} must be an integer >= {minimum}, got {value!r}")
+    return value

@@ -21,8 +21,10 @@ from jobchain.entities import Job, Schedule
 from jobchain.errors import JobchainError
 from jobchain.worker.abort import AbortReason
 from jobchain.worker.batch import BatchRunner
+from jobchain.worker.failures import RELEASED_ERROR
 from jobchain.worker.runner import AttemptRunner
 from jobchain.worker.settings import WorkerSettings
+from jobchain.worker.watch import AttemptWatch
 
 if TYPE_CHECKING:
     from jobchain.client import Client
@@ -76,6 +78,8 @@ class Slots:
         self._batched_extra = 0
         self.closed = False
         """Set when the worker stops: buffered jobs no longer start."""
+        self.watch = AttemptWatch(self._runners.values)
+        """Long attempts that are not staged listen for cancellation (see its module)."""
 
     # ------------------------------------------------------------------ counting
 
@@ -162,6 +166,7 @@ class Slots:
         task = asyncio.create_task(work, name=f"jobchain-attempt-{job.id}")
         self.inflight[job.id] = task
         self._runners[job.id] = runner
+        self.watch.poke()
 
         def done(_: asyncio.Task[None], job_id: str = job.id) -> None:
             self.inflight.pop(job_id, None)
@@ -256,7 +261,7 @@ class Slots:
                         JobReschedule(
                             job_id=job_id,
                             schedule=Schedule(after=timedelta(0)),
-                            error="released: the worker shut down before the attempt finished",
+                            error=RELEASED_ERROR,
                             worker_id=self._worker_id,
                         )
                     )

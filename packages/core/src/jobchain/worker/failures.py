@@ -1,0 +1,273 @@
+"""What a failed attempt leaves behind: a retry with backoff, or the job failed for good.
+
+A failed attempt is retried (``job_reschedule``) while its job has attempts left. It fails
+the job at once (``job_fail``, in the same operation that records the error) when:
+
+* the handler raised :class:`~jobchain.errors.FailJob`, or an exception type listed in its
+  job type's ``fail_on``;
+* the job used its last attempt: ``job.attempts_used >= max_attempts`` (attempts since its
+  last retry; ``max_attempts=None`` never fails it that way).
+
+Either way the attempt's error joins the job's error history as an
+:class:`~jobchain.entities.AttemptError` (attempt, worker, error type, message, traceback
+tail, time). A job handed back at shutdown is not a failure: it is released, due at once,
+and keeps its attempt budget (see :func:`over_limit`).
+
+After a failure commits, *chain finished* goes out for the failed job's chain and for every
+chain failed with it downstream, and *job scheduled* for the dependents that run anyway
+(``runs_after_failed_blockers``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import traceback
+from collections.abc import Awaitable, Callable
+from datetime import UTC, datetime, timedelta
+from typing import TYPE_CHECKING, Any, TypeVar
+
+from jobchain.contracts import JobFail, JobFailed, JobReschedule
+from jobchain.entities import AttemptError, Job, Schedule
+from jobchain.errors import FailJob, RescheduleJobError
+from jobchain.transactions import TransactionHooks
+from jobchain.worker.abort import AbortReason, AttemptAbortedError
+from jobchain.worker.ownership import OWNERSHIP_LOSSES, reason_for_error
+
+if TYPE_CHECKING:
+    from jobchain.client import Client
+    from jobchain.transactions import Transaction
+    from jobchain.worker.runner import AttemptSettings
+
+log = logging.getLogger("jobchain.worker")
+
+T = TypeVar("T")
+
+OnEvent = Callable[[str, Job, dict[str, Any]], None]
+
+MAX_ERROR_LENGTH = 10_000
+
+RESCHEDULE_TRIES = 8
+"""How often a failed attempt's reschedule (or failure) is tried before the job is left to the reaper."""
+
+RELEASED_ERROR = "released: the worker shut down before the attempt finished"
+"""``last_attempt_error`` of a job handed back at shutdown (its attempt did not fail)."""
+
+ATTEMPTS_EXHAUSTED = "AttemptsExhausted"
+"""Error type recorded for a job claimed after its last attempt was abandoned."""
+
+
+def describe_error(error: BaseException) -> str:
+    """A readable, bounded record of an error for ``last_attempt_error``."""
+    text = "".join(traceback.format_exception(type(error), error, error.__traceback__)).strip()
+    if not text:
+        text = f"{type(error).__name__}: {error!r}"
+    return text if len(text) <= MAX_ERROR_LENGTH else text[: MAX_ERROR_LENGTH - 15] + "\n…(truncated)"
+
+
+def now_of(client: Client) -> datetime:
+    """The client's clock (tests inject one), else the current UTC time."""
+    return client.clock() if client.clock is not None else datetime.now(UTC)
+
+
+def attempt_error_of(job: Job, worker_id: str | None, error: BaseException, at: datetime) -> AttemptError:
+    """The error-history entry of ``job``'s current attempt failing with ``error``."""
+    if isinstance(error, RescheduleJobError):
+        message = error.cause or "rescheduled by the handler (no reason given)"
+    else:
+        message = str(error) or repr(error)
+    stack = "".join(traceback.format_exception(type(error), error, error.__traceback__)).strip()
+    return AttemptError(
+        attempt=job.attempt,
+        worker_id=worker_id,
+        error_type=type(error).__name__,
+        message=message,
+        traceback=stack or None,
+        at=at,
+    )
+
+
+def fail_reason(job: Job, settings: AttemptSettings, error: BaseException) -> str | None:
+    """Why this failed attempt fails its job for good (None: retry it).
+
+    ``fail_job`` (the handler raised FailJob), ``fail_on`` (an exception type its job type
+    lists) or ``attempts_exhausted``.
+    """
+    if isinstance(error, AttemptAbortedError) and error.reason is AbortReason.SHUTDOWN:
+        return None  # handed back, not failed
+    if isinstance(error, FailJob):
+        return "fail_job"
+    if settings.fail_on and isinstance(error, settings.fail_on):
+        return "fail_on"
+    limit = settings.max_attempts
+    if limit is not None and job.attempts_used >= limit:
+        return "attempts_exhausted"
+    return None
+
+
+def over_limit(job: Job, settings: AttemptSettings) -> bool:
+    """A claimed job already past its attempt limit: its last attempts were abandoned.
+
+    Its worker died or its lease expired after it had used its last attempt, so it is failed
+    without running. A job whose last attempt was handed back at shutdown is not: a release
+    uses no attempt of the budget.
+    """
+    limit = settings.max_attempts
+    return limit is not None and job.attempts_used > limit and job.last_attempt_error != RELEASED_ERROR
+
+
+def buffer_failed(hooks: TransactionHooks, failed: JobFailed) -> None:
+    """Buffer what a failure publishes after its commit: every chain that finished with it
+    (the failed job's, each failed downstream) and the dependents that became pending."""
+    hooks.chain_completed(failed.job.chain_id)
+    for job in failed.failed_jobs:
+        hooks.chain_completed(job.chain_id)
+    for job in failed.unblocked_jobs:
+        hooks.job_scheduled(job.type_name)
+
+
+def emit_failed(on_event: OnEvent, failed: JobFailed, attributes: dict[str, Any]) -> None:
+    """One ``job_failed`` event for the job, and one per job failed by it downstream."""
+    on_event("job_failed", failed.job, attributes)
+    for job in failed.failed_jobs:
+        on_event(
+            "job_failed", job, {"reason": "blocker_failed", "failed_by_chain_id": job.failed_by_chain_id}
+        )
+
+
+def _error_attributes(error: BaseException) -> dict[str, Any]:
+    return {"error": f"{type(error).__name__}: {error}", "error.type": type(error).__name__}
+
+
+async def record_failure(
+    client: Client,
+    job: Job,
+    worker_id: str,
+    settings: AttemptSettings,
+    on_event: OnEvent,
+    error: BaseException,
+) -> None:
+    """Hand a failed (or released) attempt's job back with its error and the retry backoff,
+    or fail it for good (see the module docstring). Never raises except on cancellation."""
+    released = isinstance(error, AttemptAbortedError) and error.reason is AbortReason.SHUTDOWN
+    if isinstance(error, RescheduleJobError):
+        schedule = error.schedule if isinstance(error.schedule, Schedule) else Schedule(after=timedelta(0))
+        message = error.cause or "rescheduled by the handler (no reason given)"
+    elif released:
+        schedule = Schedule(after=timedelta(0))
+        message = RELEASED_ERROR
+    else:
+        schedule = Schedule(after=settings.retry.delay(job.attempt))
+        message = describe_error(error)
+    entry = None if released else attempt_error_of(job, worker_id, error, now_of(client))
+    reason = fail_reason(job, settings, error)
+    if reason is not None:
+        request = JobFail(
+            job_id=job.id,
+            error=message,
+            worker_id=worker_id,
+            lease_generation=job.lease_generation,
+            attempt_error=entry,
+        )
+        failed = await _write(client, job, settings, on_event, lambda tx: _fail(tx, request))
+        if failed is not None:
+            emit_failed(on_event, failed, {"reason": reason} | _error_attributes(error))
+        return
+    rescheduled = await _write(
+        client,
+        job,
+        settings,
+        on_event,
+        lambda tx: _reschedule(
+            tx,
+            JobReschedule(
+                job_id=job.id,
+                schedule=schedule,
+                error=message,
+                worker_id=worker_id,
+                lease_generation=job.lease_generation,
+                attempt_error=entry,
+            ),
+        ),
+    )
+    if rescheduled is not None:
+        on_event(
+            "job_attempt_failed",
+            job,
+            _error_attributes(error) | {"rescheduled_at": rescheduled.scheduled_at.isoformat()},
+        )
+
+
+async def fail_over_limit(
+    client: Client, job: Job, worker_id: str, settings: AttemptSettings, on_event: OnEvent
+) -> None:
+    """Fail a claimed job that is already past its attempt limit, without running it."""
+    message = (
+        f"attempt {job.attempts_used} is past the limit of {settings.max_attempts} attempts: "
+        "the last attempts were abandoned (worker died or lease expired), so the job fails without running"
+    )
+    entry = AttemptError(
+        attempt=job.attempt,
+        worker_id=worker_id,
+        error_type=ATTEMPTS_EXHAUSTED,
+        message=message,
+        at=now_of(client),
+    )
+    request = JobFail(
+        job_id=job.id,
+        error=message,
+        worker_id=worker_id,
+        lease_generation=job.lease_generation,
+        attempt_error=entry,
+    )
+    failed = await _write(client, job, settings, on_event, lambda tx: _fail(tx, request))
+    if failed is not None:
+        emit_failed(on_event, failed, {"reason": "attempts_exhausted", "error.type": ATTEMPTS_EXHAUSTED})
+
+
+async def _fail(tx: Transaction, request: JobFail) -> JobFailed:
+    failed = await tx.state.job_fail(request)
+    buffer_failed(tx.hooks, failed)
+    return failed
+
+
+async def _reschedule(tx: Transaction, request: JobReschedule) -> Job:
+    rescheduled = await tx.state.job_reschedule(request)
+    tx.hooks.job_scheduled(rescheduled.type_name)
+    return rescheduled
+
+
+async def _write(
+    client: Client,
+    job: Job,
+    settings: AttemptSettings,
+    on_event: OnEvent,
+    write: Callable[[Transaction], Awaitable[T]],
+) -> T | None:
+    """Run ``write`` in a transaction of its own, again while the store fails and the lease holds.
+
+    A refusal (the job was cancelled, taken, deleted or completed meanwhile) is a quiet lease
+    loss: one event, None returned.
+    """
+    loop = asyncio.get_running_loop()
+    lease_ends = loop.time() + settings.lease.duration.total_seconds()
+    for tries in range(1, RESCHEDULE_TRIES + 1):
+        try:
+            async with client.transaction() as tx:
+                return await write(tx)
+        except OWNERSHIP_LOSSES as lost:
+            on_event("job_attempt_" + reason_for_error(lost).value, job, {})
+            return None
+        except Exception:
+            # The store failed too. Leaving the job running would park it until its lease
+            # runs out, so try again while the lease holds; past that the reaper has it.
+            delay = settings.recovery.delay(tries).total_seconds()
+            if tries == RESCHEDULE_TRIES or loop.time() + delay >= lease_ends:
+                log.warning(
+                    "could not record the failed attempt of job %s; it returns when its lease expires",
+                    job.id,
+                    exc_info=True,
+                )
+                return None
+            await asyncio.sleep(delay)
+    return None
