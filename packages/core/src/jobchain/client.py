@@ -211,7 +211,8 @@ class Client(ClientLifecycle):
 
         With ``deduplication`` an existing matching chain is returned instead
         (``deduplicated=True``). ``blockers`` keep the first job ``blocked`` until those
-        chains complete. Raises JobTypeValidationError, InvalidJobIdError,
+        chains complete; if one fails or is cancelled (even before this call), the job fails
+        with it unless its type was defined with ``runs_after_failed_blockers=True``. Raises JobTypeValidationError, InvalidJobIdError,
         DuplicateJobIdError, ChainNotFoundError (a missing blocker) before writing.
         """
         start = ChainStart(
@@ -261,8 +262,11 @@ class Client(ClientLifecycle):
                 if item.deduplicated:
                     results.append(ChainStarted(existing[root.chain_id], deduplicated=True))
                     continue
-                if root.status is JobStatus.PENDING and not item.announced:
-                    scheduled[root.type_name] = scheduled.get(root.type_name, 0) + 1
+                if root.status is JobStatus.PENDING:
+                    if not item.announced:
+                        scheduled[root.type_name] = scheduled.get(root.type_name, 0) + 1
+                elif root.status is JobStatus.FAILED:  # a blocker chain had already failed
+                    hooks.chain_completed(root.chain_id)
                 results.append(ChainStarted(Chain(root, root)))
             for type_name, count in scheduled.items():
                 hooks.job_scheduled(type_name, count)

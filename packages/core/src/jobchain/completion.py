@@ -103,7 +103,11 @@ async def resolve_blockers(state: StateTx, ids: Sequence[str]) -> dict[str, Chai
 
 
 def buffer_created(hooks: TransactionHooks, created: JobCreated, *, new_chain: bool) -> None:
-    """Buffer the events and wake-up of a job that ``jobs_create`` inserted (not deduplicated)."""
+    """Buffer the events and wake-up of a job that ``jobs_create`` inserted (not deduplicated).
+
+    A job inserted ``failed`` (a blocker chain had already failed or been cancelled) finished
+    its chain at once: its waiters are woken.
+    """
     if created.deduplicated:
         return
     job = created.job
@@ -112,6 +116,8 @@ def buffer_created(hooks: TransactionHooks, created: JobCreated, *, new_chain: b
     if not hooks.records_events:
         if wake:
             hooks.job_scheduled(job.type_name)
+        elif job.status is JobStatus.FAILED:
+            hooks.chain_completed(job.chain_id)
         return
     attrs = _job_attrs(job)
     if new_chain:
@@ -121,6 +127,8 @@ def buffer_created(hooks: TransactionHooks, created: JobCreated, *, new_chain: b
         hooks.event("job_blocked", **attrs, blocker_chain_ids=list(created.incomplete_blocker_chain_ids))
     elif wake:
         hooks.job_scheduled(job.type_name)
+    elif job.status is JobStatus.FAILED:
+        buffer_propagation(hooks, [job], [])
 
 
 def _job_attrs(job: Job) -> dict[str, Any]:
