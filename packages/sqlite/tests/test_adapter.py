@@ -237,7 +237,7 @@ class TestPlans:
         params: dict[str, object] = {
             name: "[]" for name in ("type_names", "chain_type_names", "chain_ids", "job_ids")
         }
-        params |= {"statuses": '["pending"]', "limit": 10}
+        params |= {"statuses": '["pending"]', "error_types": "[]", "limit": 10}
         params |= dict.fromkeys(("created_from", "created_to", "after_key", "after_id"))
         plan = self.plan(db_path, queries("jobchain_").jobs_list_desc, params)
         assert "jobchain_job_listing_idx" in plan
@@ -304,7 +304,8 @@ class TestSchema:
         conn.close()
         for table in ("jobchain_job", "jobchain_job_blocker", "jobchain_migration"):
             assert table in objects
-        assert "CHECK (status IN ('blocked', 'pending', 'running', 'completed'))" in objects["jobchain_job"]
+        statuses = "('blocked', 'pending', 'running', 'completed', 'failed', 'cancelled')"
+        assert f"CHECK (status IN {statuses})" in objects["jobchain_job"]
         partial = {
             "jobchain_job_acquisition_idx": "status = 'pending'",
             "jobchain_job_expired_lease_idx": "status = 'running' AND leased_until IS NOT NULL",
@@ -358,6 +359,7 @@ class TestSchema:
             "0002_attempt_start",
             "0003_drop_listing_status_idx",
             "0004_worker_registry",
+            "0005_job_lifecycle",
         ]
         assert "jobchain_job_listing_status_idx" not in indexes
         assert "jobchain_job_listing_idx" in indexes

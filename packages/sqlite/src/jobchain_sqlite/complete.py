@@ -17,7 +17,9 @@ from jobchain.contracts.state import COMPLETION_REFUSALS, JobComplete, JobComple
 from jobchain.entities import Job, JobStatus, utcnow
 from jobchain.errors import (
     JobAlreadyCompletedError,
+    JobCancelledError,
     JobchainError,
+    JobFinishedError,
     JobNotFoundError,
     JobTakenByAnotherWorkerError,
 )
@@ -26,12 +28,25 @@ from jobchain_sqlite.rows import dump_json, fmt_time, job_from_row, json_list
 
 
 def lease_error(job_id: str, worker_id: str | None, job: Job | None) -> JobchainError:
-    """Why a guarded write to ``job_id`` by ``worker_id`` changed nothing (``job`` as it is now)."""
+    """Why a guarded write to ``job_id`` by ``worker_id`` changed nothing (``job`` as it is now).
+
+    Fencing (state contract): a worker's write to a cancelled job raises JobCancelledError,
+    to a job another attempt failed JobTakenByAnotherWorkerError; a workerless write to a
+    failed or cancelled job raises JobFinishedError.
+    """
     if job is None:
         return JobNotFoundError(job_id)
-    if job.status is JobStatus.COMPLETED:
+    status = job.status
+    if status is JobStatus.COMPLETED:
         return JobAlreadyCompletedError(job_id)
+    if worker_id is None and status in _FINISHED:
+        return JobFinishedError(job_id, status.value)
+    if status is JobStatus.CANCELLED:
+        return JobCancelledError(job_id, job.cancel_reason)
     return JobTakenByAnotherWorkerError(job_id, worker_id, job.leased_by)
+
+
+_FINISHED = (JobStatus.FAILED, JobStatus.CANCELLED)
 
 
 async def _refused_or(completion: Awaitable[JobCompleted]) -> JobCompleted | JobchainError:

@@ -46,7 +46,7 @@ class _Lookup:
 
 def _validate(jobs: list[NewJob]) -> bool:
     """Check ids and chain indexes; True when every job is a plain root (new chain, no
-    deduplication, no blockers)."""
+    deduplication, no blockers, not runs_after_failed_blockers)."""
     canonical = CANONICAL_ID.fullmatch  # what validate_id accepts at once, without a call
     plain = True
     for job in jobs:
@@ -67,7 +67,7 @@ def _validate(jobs: list[NewJob]) -> bool:
             plain = False
             for chain_id in job.blocker_chain_ids:
                 validate_id(chain_id)
-        if job.deduplication is not None:
+        if job.deduplication is not None or job.runs_after_failed_blockers:
             plain = False
     return plain
 
@@ -261,10 +261,9 @@ async def _create(ctx: TxContext, jobs: list[NewJob], now: datetime) -> list[Job
         for chain_id in blockers:
             if chain_id not in found.blocker_status and chain_id not in new_chain_ids:
                 raise ChainNotFoundError(chain_id)
+        resolved = _RESOLVED_AFTER_FAILURE if job.runs_after_failed_blockers else _RESOLVED
         incomplete[i] = tuple(
-            c
-            for c in blockers
-            if c in new_chain_ids or found.blocker_status.get(c) is not JobStatus.COMPLETED
+            c for c in blockers if c in new_chain_ids or found.blocker_status.get(c) not in resolved
         )
         blocker_rows.extend({"job_id": job_id, "chain_id": c, "idx": n} for n, c in enumerate(blockers))
         rows.append(_insert_item(job, now, now_text, blocked=bool(incomplete[i])))
@@ -283,6 +282,10 @@ async def _create(ctx: TxContext, jobs: list[NewJob], now: datetime) -> list[Job
             )
     if blocker_rows:
         await ctx.fetch(ctx.q.job_blockers_add, {"blockers": json.dumps(blocker_rows, separators=(",", ":"))})
+    flagged = [job_id for job_id, i in inserted.items() if jobs[i].runs_after_failed_blockers]
+    if flagged:
+        # A separate statement, so the insert of every other batch stays as it was.
+        await ctx.fetch(ctx.q.jobs_runs_after_set, {"job_ids": json_list(flagged)})
 
     for i, target in same_as.items():
         earlier = results[target]
@@ -325,6 +328,10 @@ def _insert_item(job: NewJob, now: datetime, now_text: str, *, blocked: bool) ->
 
 
 _PENDING = JobStatus.PENDING
+_RESOLVED = frozenset({JobStatus.COMPLETED})
+_RESOLVED_AFTER_FAILURE = frozenset({JobStatus.COMPLETED, JobStatus.FAILED, JobStatus.CANCELLED})
+"""A blocker chain in these statuses no longer blocks a new job (one with
+runs_after_failed_blockers: the second set)."""
 _SAME_AFTER_JSON = (str, int, float, bool)  # json.loads(json.dumps(v)) == v, same type
 
 
@@ -354,6 +361,7 @@ def _inserted_job(job: NewJob, item: list[Any], created_at: datetime, now_text: 
         deduplication_key=item[8],
         trace_context=_stored(job.trace_context, item[9]),
         chain_trace_context=_stored(job.chain_trace_context, item[10]),
+        runs_after_failed_blockers=job.runs_after_failed_blockers,
     )
 
 

@@ -77,6 +77,7 @@ async def jobs_list(ctx: TxContext, params: JobsList) -> Page[Job]:
         "chain_ids": json_list(params.chain_ids),
         "job_ids": json_list(params.job_ids),
         "statuses": _statuses(params.statuses),
+        "error_types": json_list(params.error_types),
         "limit": params.limit,
         **_bounds(params.created_from, params.created_to),
         **_after(params, str),

@@ -67,6 +67,15 @@ class Queries:
     jobs_complete: str
     jobs_unblock: str
     jobs_get: str
+    job_fail: str
+    jobs_propagate: str
+    chains_cancel_lookup: str
+    chains_cancel: str
+    jobs_retry_lookup: str
+    jobs_retry: str
+    chains_prune: str
+    jobs_delete_blockers: str
+    jobs_runs_after_set: str
     jobs_reap_candidates: str
     jobs_reap_expired: str
     workers_mark_dead: str
@@ -115,6 +124,7 @@ MIGRATIONS: tuple[str, ...] = (
     "0002_attempt_start",
     "0003_drop_listing_status_idx",
     "0004_worker_registry",
+    "0005_job_lifecycle",
 )
 """Migration names in the order they apply; each is ``migrations/<name>.sql``."""
 

@@ -12,7 +12,16 @@ from collections.abc import Iterable, Sequence
 from datetime import UTC, datetime
 from typing import Any, Protocol
 
-from jobchain.entities import Chain, Job, JobStatus, JsonValue, WorkerInfo, WorkerState
+from jobchain.entities import (
+    AttemptError,
+    Chain,
+    Job,
+    JobStatus,
+    JsonValue,
+    WorkerInfo,
+    WorkerState,
+    attempt_errors_from_json,
+)
 from jobchain.errors import InvalidArgumentError, NotJsonSerializableError
 
 
@@ -88,9 +97,16 @@ JOB_COLUMNS: tuple[str, ...] = (
     "rescued_at",
     "rescued_from",
     "rescue_reason",
+    "attempt_errors",
+    "attempt_base",
+    "failed_at",
+    "cancelled_at",
+    "cancel_reason",
+    "failed_by_chain_id",
+    "runs_after_failed_blockers",
 )
-"""The job table's columns in table order (0001_initial, 0002_attempt_start's two, then
-0004_worker_registry's three).
+"""The job table's columns in table order (0001_initial, 0002_attempt_start's two,
+0004_worker_registry's three, then 0005_job_lifecycle's seven).
 
 Every statement that returns jobs selects ``*`` / ``j.*`` first, so on the adapter's own
 connections (``sqlite3.Row``) these are the row's first columns and are read by position.
@@ -133,6 +149,13 @@ def job_from_row(row: Row) -> Job:
         rescued_at,
         rescued_from,
         rescue_reason,
+        attempt_errors,
+        attempt_base,
+        failed_at,
+        cancelled_at,
+        cancel_reason,
+        failed_by_chain_id,
+        runs_after_failed_blockers,
     ) = values
     return Job(
         id=id_,
@@ -161,7 +184,21 @@ def job_from_row(row: Row) -> Job:
         rescued_at=None if rescued_at is None else _fromisoformat(rescued_at),
         rescued_from=rescued_from,
         rescue_reason=rescue_reason,
+        attempt_errors=() if attempt_errors is None else attempt_errors_from_json(_loads(attempt_errors)),
+        attempt_base=attempt_base,
+        failed_at=None if failed_at is None else _fromisoformat(failed_at),
+        cancelled_at=None if cancelled_at is None else _fromisoformat(cancelled_at),
+        cancel_reason=cancel_reason,
+        failed_by_chain_id=failed_by_chain_id,
+        runs_after_failed_blockers=bool(runs_after_failed_blockers),
     )
+
+
+def attempt_error_json(error: AttemptError | None) -> str | None:
+    """An error history entry as the JSON text the statements append (None: no entry)."""
+    if error is None:
+        return None
+    return json.dumps(error.to_json(), separators=(",", ":"))
 
 
 def worker_from_row(row: Row) -> WorkerInfo:
@@ -197,6 +234,7 @@ def chains_from_jobs(jobs: Sequence[Job]) -> dict[str, Chain]:
 
 __all__ = [
     "JOB_COLUMNS",
+    "attempt_error_json",
     "Row",
     "chains_from_jobs",
     "dump_json",

@@ -16,13 +16,19 @@ from jobchain.contracts.state import (
     BlockedJobsList,
     ChainGet,
     ChainJobsList,
+    ChainsCancel,
+    ChainsCancelled,
     ChainsDelete,
     ChainsDeleted,
     ChainsList,
+    ChainsPrune,
+    ChainsPruned,
     JobBlockersGet,
     JobComplete,
     JobCompleted,
     JobCreated,
+    JobFail,
+    JobFailed,
     JobGet,
     JobNextAvailable,
     JobRenewLease,
@@ -32,6 +38,8 @@ from jobchain.contracts.state import (
     JobsCreate,
     JobsList,
     JobsReapExpired,
+    JobsRetried,
+    JobsRetry,
     JobsTrigger,
     JobsTriggered,
     StateTx,
@@ -39,16 +47,24 @@ from jobchain.contracts.state import (
     WorkerHeartbeatResult,
     WorkersList,
 )
-from jobchain.entities import Chain, Job, JobStatus, Page, WorkerInfo, utcnow
+from jobchain.entities import ATTEMPT_ERRORS_KEPT, Chain, Job, JobStatus, Page, WorkerInfo, utcnow
 from jobchain.errors import (
     BlockerReference,
     JobchainError,
 )
-from jobchain_sqlite import listing, workers
+from jobchain_sqlite import lifecycle, listing, workers
 from jobchain_sqlite.complete import jobs_complete, lease_error
 from jobchain_sqlite.context import TxContext
 from jobchain_sqlite.create import jobs_create
-from jobchain_sqlite.rows import chains_from_jobs, dump_json, fmt_time, job_from_row, json_list, parse_time
+from jobchain_sqlite.rows import (
+    attempt_error_json,
+    chains_from_jobs,
+    dump_json,
+    fmt_time,
+    job_from_row,
+    json_list,
+    parse_time,
+)
 
 
 def _acquire_key(job: Job) -> tuple[datetime, datetime, str]:
@@ -191,6 +207,8 @@ class SqliteTx:
                 "scheduled_at": fmt_time(params.schedule.resolve(now)),
                 "now": fmt_time(now),
                 "error": params.error,
+                "attempt_error": attempt_error_json(params.attempt_error),
+                "errors_kept": ATTEMPT_ERRORS_KEPT,
             },
         )
         if rows:
@@ -209,7 +227,7 @@ class SqliteTx:
         before: Job | None = None
         if params.worker_id is None:
             before = await self.job_get(JobGet(job_id=params.job_id))
-            if before is None or before.status is JobStatus.COMPLETED:
+            if before is None or before.status.terminal:
                 raise lease_error(params.job_id, None, before)
         rows = await ctx.fetch(
             ctx.q.job_complete,
@@ -252,12 +270,36 @@ class SqliteTx:
         needed (see complete.py); refusals are returned in place (CompletesJobsInBatches)."""
         return await jobs_complete(self._ctx, params, self.job_complete)
 
+    async def job_fail(self, params: JobFail) -> JobFailed:
+        """UPDATE … RETURNING, plus jobs_propagate when the failed chain blocks others."""
+        return await lifecycle.job_fail(self._ctx, params, self._job_get)
+
+    async def chains_cancel(self, params: ChainsCancel) -> ChainsCancelled:
+        """Lookup, UPDATE, plus jobs_propagate when a cancelled chain blocks others.
+
+        On SQLite a cancel is a write: it waits for the write lock, so it waits for an
+        atomic attempt's transaction to end (that attempt holds the lock while it runs).
+        """
+        return await lifecycle.chains_cancel(self._ctx, params)
+
+    async def jobs_retry(self, params: JobsRetry) -> JobsRetried:
+        """Lookup, then one recursive UPDATE (see lifecycle.py)."""
+        return await lifecycle.jobs_retry(self._ctx, params)
+
+    async def chains_prune(self, params: ChainsPrune) -> ChainsPruned:
+        """One recursive DELETE … RETURNING; ``busy`` is always False (one writer at a time)."""
+        return await lifecycle.chains_prune(self._ctx, params)
+
+    async def _job_get(self, job_id: str) -> Job | None:
+        return await self.job_get(JobGet(job_id=job_id))
+
     async def jobs_reap_expired(self, params: JobsReapExpired) -> list[Job]:
         ctx = self._ctx
         ctx.require_write("jobs_reap_expired")
         if not params.type_names:  # params.limit >= 1: JobsReapExpired checks it when built
             return []
-        now = fmt_time(params.now or utcnow())
+        now_at = params.now or utcnow()
+        now = fmt_time(now_at)
         candidates = await ctx.fetch(
             ctx.q.jobs_reap_candidates,
             {
@@ -272,7 +314,15 @@ class SqliteTx:
         # Two statements because the UPDATE's RETURNING shows the cleared lease only: the
         # candidates' order (oldest lease first) is the result's order.
         order = {row["id"]: position for position, row in enumerate(candidates)}
-        rows = await ctx.fetch(ctx.q.jobs_reap_expired, {"job_ids": json_list(list(order)), "now": now})
+        rows = await ctx.fetch(
+            ctx.q.jobs_reap_expired,
+            {
+                "job_ids": json_list(list(order)),
+                "now": now,
+                "now_iso": lifecycle.iso(now_at),
+                "errors_kept": ATTEMPT_ERRORS_KEPT,
+            },
+        )
         return sorted((job_from_row(row) for row in rows), key=lambda job: order[job.id])
 
     # ------------------------------------------------------------ worker registry

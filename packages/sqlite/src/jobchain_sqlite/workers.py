@@ -13,10 +13,10 @@ start to end, so its statements see one consistent state:
 
 from __future__ import annotations
 
-from datetime import timedelta
+from datetime import UTC, timedelta
 
 from jobchain.contracts.state import WorkerHeartbeat, WorkerHeartbeatResult, WorkersList
-from jobchain.entities import Job, WorkerInfo, WorkerState, utcnow
+from jobchain.entities import ATTEMPT_ERRORS_KEPT, Job, WorkerInfo, WorkerState, utcnow
 from jobchain_sqlite.context import TxContext
 from jobchain_sqlite.rows import fmt_time, job_from_row, json_list, parse_time, worker_from_row
 
@@ -33,7 +33,13 @@ async def worker_heartbeat(ctx: TxContext, params: WorkerHeartbeat) -> WorkerHea
         dead_ids = sorted(row["id"] for row in rows)
     if dead_ids:
         rows = await ctx.fetch(
-            ctx.q.worker_jobs_release, {"worker_ids": json_list(dead_ids), "now": now_text}
+            ctx.q.worker_jobs_release,
+            {
+                "worker_ids": json_list(dead_ids),
+                "now": now_text,
+                "now_iso": now.astimezone(UTC).isoformat(),
+                "errors_kept": ATTEMPT_ERRORS_KEPT,
+            },
         )
         released = sorted((job_from_row(row) for row in rows), key=lambda job: (job.created_at, job.id))
     [lookup] = await ctx.fetch(

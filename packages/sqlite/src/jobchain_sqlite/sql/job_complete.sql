@@ -1,7 +1,8 @@
--- job_complete: complete a non-completed job; with :worker_id only if that worker owns it.
+-- job_complete: complete a blocked, pending or running job; with :worker_id only if that
+-- worker owns it (so never a cancelled or failed one: their lease is cleared).
 -- has_next tells whether a continuation exists (no continuation: the chain is complete);
 -- is_blocker whether any job declared this chain as a blocker (only then run job_unblock).
--- Zero rows means missing, completed or not owned; the adapter reads the job to say which.
+-- Zero rows means missing, finished or not owned; the adapter reads the job to say which.
 UPDATE {p}job
 SET status = 'completed',
     output = :output,
@@ -11,7 +12,7 @@ SET status = 'completed',
     leased_until = NULL,
     last_attempt_error = NULL
 WHERE id = :job_id
-  AND status <> 'completed'
+  AND status IN ('blocked', 'pending', 'running')
   AND (:worker_id IS NULL
        OR (status = 'running'
            AND leased_by = :worker_id

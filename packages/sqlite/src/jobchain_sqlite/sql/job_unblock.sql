@@ -1,5 +1,6 @@
 -- job_unblock: after chain :chain_id completed, move every job it blocked whose blocker
--- chains are now all complete from blocked to pending, never scheduled in the past.
+-- chains are now all complete from blocked to pending, never scheduled in the past. A job
+-- created with runs_after_failed_blockers counts a failed or cancelled blocker as resolved.
 -- Plan: job_blocker_chain_idx drives primary-key lookups (the unary + keeps the planner from
 -- scanning every blocked job through the status index), then per blocker job_chain_index_idx.
 UPDATE {p}job
@@ -10,8 +11,12 @@ WHERE +status = 'blocked'
   AND NOT EXISTS (
       SELECT 1 FROM {p}job_blocker o
       WHERE o.job_id = {p}job.id
-        AND (SELECT l.status FROM {p}job l
-             WHERE l.chain_id = o.blocked_by_chain_id
-             ORDER BY l.chain_index DESC LIMIT 1) <> 'completed'
+        AND CASE WHEN {p}job.runs_after_failed_blockers
+                 THEN (SELECT l.status FROM {p}job l
+                       WHERE l.chain_id = o.blocked_by_chain_id
+                       ORDER BY l.chain_index DESC LIMIT 1) NOT IN ('completed', 'failed', 'cancelled')
+                 ELSE (SELECT l.status FROM {p}job l
+                       WHERE l.chain_id = o.blocked_by_chain_id
+                       ORDER BY l.chain_index DESC LIMIT 1) <> 'completed' END
   )
 RETURNING *

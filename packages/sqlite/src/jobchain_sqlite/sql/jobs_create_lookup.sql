@@ -1,7 +1,8 @@
 -- jobs_create_lookup: everything jobs_create must know before inserting, in one read.
 -- Rows by kind: 'id' (an existing job with an item's id), 'continuation' (the existing job at
 -- an item's chain_id + chain_index), 'root' (the root of an item's chain), 'dedup' (the newest
--- root matching an item's deduplication), 'blocker' (the last job of each blocker chain).
+-- root matching an item's deduplication; scope incomplete: its chain is not terminal),
+-- 'blocker' (the last job of each blocker chain).
 -- Job columns come first (rows.job_from_row reads them by position).
 -- Plan: primary key, job_chain_index_idx, job_deduplication_idx; no scan.
 WITH item AS (
@@ -38,7 +39,7 @@ FROM item JOIN {p}job j ON j.id = (
       AND r.id NOT IN (SELECT e.value FROM json_each(item.exclude) e)
       AND (NOT item.dedup_incomplete OR (
           SELECT l.status FROM {p}job l WHERE l.chain_id = r.id ORDER BY l.chain_index DESC LIMIT 1
-      ) <> 'completed')
+      ) NOT IN ('completed', 'failed', 'cancelled'))
     ORDER BY r.created_at DESC, r.id DESC
     LIMIT 1
 )

@@ -3,7 +3,8 @@
 -- [chain_id, position, now]. A job whose blocker chains are now all complete goes blocked →
 -- pending, attributed (position) to the last item that completed one of its blockers, as
 -- completing the items one after another would; scheduled_at never lies before that
--- item's now.
+-- item's now. A runs_after_failed_blockers job counts failed or cancelled blockers as
+-- resolved (as in job_unblock).
 -- Plan: job_blocker_chain_idx per completed chain, then primary-key lookups (the unary +
 -- keeps the planner off the status index), then job_chain_index_idx per blocker.
 UPDATE {p}job
@@ -23,9 +24,13 @@ WHERE +status = 'blocked'
   AND NOT EXISTS (
       SELECT 1 FROM {p}job_blocker o
       WHERE o.job_id = {p}job.id
-        AND (SELECT l.status FROM {p}job l
-             WHERE l.chain_id = o.blocked_by_chain_id
-             ORDER BY l.chain_index DESC LIMIT 1) <> 'completed'
+        AND CASE WHEN {p}job.runs_after_failed_blockers
+                 THEN (SELECT l.status FROM {p}job l
+                       WHERE l.chain_id = o.blocked_by_chain_id
+                       ORDER BY l.chain_index DESC LIMIT 1) NOT IN ('completed', 'failed', 'cancelled')
+                 ELSE (SELECT l.status FROM {p}job l
+                       WHERE l.chain_id = o.blocked_by_chain_id
+                       ORDER BY l.chain_index DESC LIMIT 1) <> 'completed' END
   )
 RETURNING *, (
     SELECT json_extract(d.value, '$[1]')
