@@ -74,6 +74,7 @@ class Script:
         self.cancel: ChainsCancelled = ChainsCancelled()
         self.retry: list[JobsRetried] = []
         self.chains: dict[str, Chain] = {}
+        self.pages: list[Page[Job]] = []
         self.calls: list[Any] = []
 
     def sent(self, kind: type) -> list[Any]:
@@ -104,7 +105,7 @@ class ScriptedTx:
 
     async def jobs_list(self, params: JobsList) -> Page[Job]:
         self._script.calls.append(params)
-        return Page(items=[])
+        return self._script.pages.pop(0) if self._script.pages else Page(items=[])
 
     async def chains_list(self, params: ChainsList) -> Page[Chain]:
         scripted = [self._script.chains[c] for c in params.chain_ids if c in self._script.chains]
@@ -428,6 +429,47 @@ class TestRetryChains:
         assert sent.order == "asc"
         assert sent.limit == 20
         assert script.sent(JobsRetry) == []
+
+    async def test_skips_propagated_failures_and_jobs_changed_meanwhile(
+        self, client: Client, script: Script, notify: MemoryNotifyAdapter, recorder: Recorder
+    ) -> None:
+        blocker = job(JobStatus.FAILED)
+        follower = job(JobStatus.FAILED, failed_by_chain_id=blocker.id)
+        raced = job(JobStatus.FAILED)
+        last = job(JobStatus.FAILED, type_name="after")
+        script.pages = [Page(items=[blocker, follower], next_cursor="c1"), Page(items=[raced, last])]
+        retried_blocker = replace(blocker, status=JobStatus.PENDING)
+        script.retry = [
+            JobsRetried(retried=[retried_blocker], reblocked=[replace(follower, status=JobStatus.BLOCKED)]),
+            JobsRetried(not_retryable=[(raced.id, "pending")]),  # another transaction retried it
+            JobsRetried(retried=[replace(last, status=JobStatus.PENDING)]),
+        ]
+        await listen(notify, recorder, [], [])
+        async with client.transaction() as tx:
+            result = await client.retry_chains(tx, limit=10)
+        await settle()
+        assert [j.id for j in result.retried] == [blocker.id, last.id]
+        assert [j.id for j in result.reblocked] == [follower.id]
+        assert not result.has_more
+        assert [list(p.job_ids) for p in script.sent(JobsRetry)] == [
+            [blocker.id],
+            [raced.id, last.id],
+            [last.id],
+        ]
+        assert [p.cursor for p in script.sent(JobsList)] == [None, "c1"]
+        assert sorted(recorder.notices) == [("scheduled", "after"), ("scheduled", "work")]
+        assert len(recorder.named("job_retried")) == 2  # the refused attempt buffered nothing
+
+    async def test_stops_at_the_limit_and_says_more_may_remain(self, client: Client, script: Script) -> None:
+        jobs = [job(JobStatus.FAILED) for _ in range(3)]
+        script.pages = [Page(items=jobs, next_cursor=None)]
+        script.retry = [JobsRetried(retried=[replace(j, status=JobStatus.PENDING) for j in jobs[:2]])]
+        async with client.transaction() as tx:
+            result = await client.retry_chains(tx, limit=2)
+        assert [j.id for j in result.retried] == [j.id for j in jobs[:2]]
+        assert result.has_more
+        [sent] = script.sent(JobsRetry)
+        assert list(sent.job_ids) == [j.id for j in jobs[:2]]
 
     @pytest.mark.parametrize(
         "options",
