@@ -14,8 +14,10 @@ tail, time). A job handed back at shutdown is not a failure: it is released, due
 and keeps its attempt budget (see :func:`over_limit`).
 
 After a failure commits, *chain finished* goes out for the failed job's chain and for every
-chain failed with it downstream, and *job scheduled* for the dependents that run anyway
-(``runs_after_failed_blockers``).
+chain failed with it downstream, *job scheduled* for the dependents that run anyway
+(``runs_after_failed_blockers``), and the observers get ``job_failed`` and ``chain_failed``
+for each (:func:`jobchain.completion.buffer_failed`). The worker's own event for the attempt is
+``job_attempt_failed`` with ``final=True`` and the ``reason``.
 """
 
 from __future__ import annotations
@@ -27,10 +29,10 @@ from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any, TypeVar
 
+from jobchain.completion import buffer_failed
 from jobchain.contracts import JobFail, JobFailed, JobReschedule
 from jobchain.entities import AttemptError, Job, Schedule
 from jobchain.errors import FailJob, RescheduleJobError
-from jobchain.transactions import TransactionHooks
 from jobchain.worker.abort import AbortReason, AttemptAbortedError
 from jobchain.worker.ownership import OWNERSHIP_LOSSES, reason_for_error
 
@@ -116,25 +118,6 @@ def over_limit(job: Job, settings: AttemptSettings) -> bool:
     return limit is not None and job.attempts_used > limit and job.last_attempt_error != RELEASED_ERROR
 
 
-def buffer_failed(hooks: TransactionHooks, failed: JobFailed) -> None:
-    """Buffer what a failure publishes after its commit: every chain that finished with it
-    (the failed job's, each failed downstream) and the dependents that became pending."""
-    hooks.chain_completed(failed.job.chain_id)
-    for job in failed.failed_jobs:
-        hooks.chain_completed(job.chain_id)
-    for job in failed.unblocked_jobs:
-        hooks.job_scheduled(job.type_name)
-
-
-def emit_failed(on_event: OnEvent, failed: JobFailed, attributes: dict[str, Any]) -> None:
-    """One ``job_failed`` event for the job, and one per job failed by it downstream."""
-    on_event("job_failed", failed.job, attributes)
-    for job in failed.failed_jobs:
-        on_event(
-            "job_failed", job, {"reason": "blocker_failed", "failed_by_chain_id": job.failed_by_chain_id}
-        )
-
-
 def _error_attributes(error: BaseException) -> dict[str, Any]:
     return {"error": f"{type(error).__name__}: {error}", "error.type": type(error).__name__}
 
@@ -171,7 +154,7 @@ async def record_failure(
         )
         failed = await _write(client, job, settings, on_event, lambda tx: _fail(tx, request))
         if failed is not None:
-            emit_failed(on_event, failed, {"reason": reason} | _error_attributes(error))
+            on_event("job_attempt_failed", job, _error_attributes(error) | {"final": True, "reason": reason})
         return
     rescheduled = await _write(
         client,
@@ -222,12 +205,21 @@ async def fail_over_limit(
     )
     failed = await _write(client, job, settings, on_event, lambda tx: _fail(tx, request))
     if failed is not None:
-        emit_failed(on_event, failed, {"reason": "attempts_exhausted", "error.type": ATTEMPTS_EXHAUSTED})
+        on_event(
+            "job_attempt_failed",
+            job,
+            {
+                "error": message,
+                "error.type": ATTEMPTS_EXHAUSTED,
+                "final": True,
+                "reason": "attempts_exhausted",
+            },
+        )
 
 
 async def _fail(tx: Transaction, request: JobFail) -> JobFailed:
     failed = await tx.state.job_fail(request)
-    buffer_failed(tx.hooks, failed)
+    buffer_failed(tx.hooks, failed, worker_id=request.worker_id)
     return failed
 
 
