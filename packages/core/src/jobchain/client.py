@@ -361,7 +361,8 @@ class Client(ClientLifecycle):
         for it and may ``complete(output)``, ``continue_with(...)`` or do nothing. If a
         worker was running the job, it is told it lost ownership. Raises
         ChainNotFoundError, JobTypeMismatchError (``job_type`` is not the chain's type) and,
-        from ``complete``, JobAlreadyCompletedError.
+        from ``complete``/``continue_with``, JobAlreadyCompletedError or, for a failed or
+        cancelled chain, JobFinishedError (retry it first), before writing anything.
         """
         tx = self._tx(tx)
         expected = self.job_types.resolve(job_type).name

@@ -26,7 +26,13 @@ from jobchain.contracts.state import (
     StateTx,
 )
 from jobchain.entities import Chain, Job, JobStatus, JsonValue, Schedule, new_id, validate_id
-from jobchain.errors import ChainNotFoundError, InvalidArgumentError, JobAlreadyCompletedError, JobchainError
+from jobchain.errors import (
+    ChainNotFoundError,
+    InvalidArgumentError,
+    JobAlreadyCompletedError,
+    JobchainError,
+    JobFinishedError,
+)
 from jobchain.job_types import JobType, JobTypes
 from jobchain.transactions import Transaction, TransactionHooks
 
@@ -156,8 +162,11 @@ async def finish_job(
     Everything is validated before the first write. ``worker_id=None`` is a workerless
     completion: if the job was running, its worker is told it lost ownership.
     """
-    if job.status is JobStatus.COMPLETED:
+    status = job.status
+    if status is JobStatus.COMPLETED:
         raise JobAlreadyCompletedError(job.id)
+    if status is JobStatus.FAILED or status is JobStatus.CANCELLED:
+        raise JobFinishedError(job.id, status.value)  # before a continuation is written
     job_type = job_types.get(job.type_name)
     new_job: NewJob | None = None
     encoded_output: Any = None

@@ -15,6 +15,8 @@ from jobchain import (
     AttemptError,
     ChainFailedError,
     Client,
+    Completion,
+    JobFinishedError,
     JobNotRetryableError,
     JobStatus,
     JobTypes,
@@ -281,3 +283,24 @@ class TestDeadLetters:
         assert second.next_cursor is None
         everything = await client.list_dead_letters(type_names=[work])
         assert {j.id for j in everything.items} == {*value_errors, key_error}
+
+
+class TestWorkerlessCompletionOfAFinishedChain:
+    @pytest.mark.parametrize("how", ["complete", "continue"])
+    async def test_is_refused_before_anything_is_written(self, client: Client, how: str) -> None:
+        chain_id = await start(client, schedule=LATER)
+        async with client.transaction() as tx:
+            await client.cancel_chain(tx, chain_id)
+
+        async def handler(completion: Completion[Any, Any]) -> None:
+            if how == "complete":
+                await completion.complete(1)
+            else:
+                await completion.continue_with(work, Item(2))
+
+        async with client.transaction() as tx:
+            with pytest.raises(JobFinishedError) as refused:
+                await client.complete_chain(tx, work, chain_id, handler)
+        assert refused.value.status == "cancelled"
+        page = await client.list_chain_jobs(chain_id)
+        assert [j.status for j in page.items] == [JobStatus.CANCELLED]
