@@ -17,10 +17,16 @@ import pytest
 from jobchain.contracts import (
     Capability,
     ChainGet,
+    ChainsCancel,
+    ChainsCancelled,
+    ChainsPrune,
+    ChainsPruned,
     JobBlockersGet,
     JobComplete,
     JobCompleted,
     JobCreated,
+    JobFail,
+    JobFailed,
     JobGet,
     JobNextAvailable,
     JobRenewLease,
@@ -29,13 +35,15 @@ from jobchain.contracts import (
     JobsAcquired,
     JobsCreate,
     JobsReapExpired,
+    JobsRetried,
+    JobsRetry,
     JobsTrigger,
     JobsTriggered,
     NewJob,
     StateAdapter,
     StateTx,
 )
-from jobchain.entities import Chain, Deduplication, Job, JsonValue, Schedule, new_id
+from jobchain.entities import AttemptError, Chain, Deduplication, Job, JsonValue, Schedule, new_id
 
 E = TypeVar("E", bound=Exception)
 T = TypeVar("T")
@@ -66,6 +74,7 @@ def new_job(
     blocker_chain_ids: Sequence[str] = (),
     trace_context: JsonValue = None,
     chain_trace_context: JsonValue = None,
+    runs_after_failed_blockers: bool = False,
 ) -> NewJob:
     """A :class:`NewJob` starting a chain (unless ``chain_id``); chain type defaults to the job type."""
     return NewJob(
@@ -80,6 +89,7 @@ def new_job(
         blocker_chain_ids=tuple(blocker_chain_ids),
         trace_context=trace_context,
         chain_trace_context=chain_trace_context,
+        runs_after_failed_blockers=runs_after_failed_blockers,
     )
 
 
@@ -139,6 +149,7 @@ async def start(
     blocker_chain_ids: Sequence[str] = (),
     trace_context: JsonValue = None,
     chain_trace_context: JsonValue = None,
+    runs_after_failed_blockers: bool = False,
 ) -> Job:
     """Start a new chain and return its root job."""
     job = new_job(
@@ -151,6 +162,7 @@ async def start(
         blocker_chain_ids=blocker_chain_ids,
         trace_context=trace_context,
         chain_trace_context=chain_trace_context,
+        runs_after_failed_blockers=runs_after_failed_blockers,
     )
     return (await create_one(adapter, job, now=now)).job
 
@@ -350,6 +362,66 @@ async def trigger(adapter: StateAdapter, job_ids: Sequence[str], *, now: datetim
     """Trigger jobs in one committed transaction."""
     async with adapter.transaction() as tx:
         return await tx.jobs_trigger(JobsTrigger(job_ids=job_ids, now=now))
+
+
+# ---------------------------------------------------------------- lifecycle transitions
+
+
+async def fail(
+    adapter: StateAdapter,
+    job_id: str,
+    *,
+    now: datetime,
+    error: str = "gave up",
+    worker_id: str | None = None,
+    lease_generation: int | None = None,
+    attempt_error: AttemptError | None = None,
+) -> JobFailed:
+    """Fail a job (workerless unless ``worker_id``) in one committed transaction."""
+    params = JobFail(
+        job_id=job_id,
+        error=error,
+        worker_id=worker_id,
+        lease_generation=lease_generation,
+        attempt_error=attempt_error,
+        now=now,
+    )
+    async with adapter.transaction() as tx:
+        return await tx.job_fail(params)
+
+
+async def cancel(
+    adapter: StateAdapter, chain_ids: Sequence[str], *, now: datetime, reason: str | None = None
+) -> ChainsCancelled:
+    """Cancel chains in one committed transaction."""
+    async with adapter.transaction() as tx:
+        return await tx.chains_cancel(ChainsCancel(chain_ids=chain_ids, reason=reason, now=now))
+
+
+async def retry(
+    adapter: StateAdapter, job_ids: Sequence[str], *, now: datetime, schedule: Schedule | None = None
+) -> JobsRetried:
+    """Retry (redrive) jobs in one committed transaction."""
+    async with adapter.transaction() as tx:
+        return await tx.jobs_retry(JobsRetry(job_ids=job_ids, schedule=schedule, now=now))
+
+
+async def prune(adapter: StateAdapter, params: ChainsPrune) -> ChainsPruned:
+    """Prune finished chains in one committed transaction."""
+    async with adapter.transaction() as tx:
+        return await tx.chains_prune(params)
+
+
+def attempt_error(
+    attempt: int,
+    *,
+    at: datetime,
+    error_type: str = "ValueError",
+    message: str = "bad",
+    worker_id: str | None = None,
+) -> AttemptError:
+    """An :class:`AttemptError` entry for the error history."""
+    return AttemptError(attempt=attempt, worker_id=worker_id, error_type=error_type, message=message, at=at)
 
 
 # ---------------------------------------------------------------- assertions

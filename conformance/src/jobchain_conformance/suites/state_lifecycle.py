@@ -7,7 +7,28 @@ modules as they grow); ``all.py`` lists only this one.
 from __future__ import annotations
 
 from jobchain_conformance.suites._base import StateSuiteBase
+from jobchain_conformance.suites.state_lifecycle_cancel import CancelledJobFencingTests, ChainsCancelTests
+from jobchain_conformance.suites.state_lifecycle_fail import (
+    ErrorHistoryTests,
+    FailedJobFencingTests,
+    JobFailTests,
+)
+from jobchain_conformance.suites.state_lifecycle_propagation import (
+    OptInPropagationTests,
+    PropagationTests,
+    TerminalDeduplicationTests,
+)
 
 
-class LifecycleStateTests(StateSuiteBase):
+class LifecycleStateTests(
+    JobFailTests,
+    FailedJobFencingTests,
+    ErrorHistoryTests,
+    ChainsCancelTests,
+    CancelledJobFencingTests,
+    PropagationTests,
+    OptInPropagationTests,
+    TerminalDeduplicationTests,
+    StateSuiteBase,
+):
     """Every lifecycle case of the state contract."""
