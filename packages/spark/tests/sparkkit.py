@@ -13,14 +13,18 @@ from typing import Any
 from jobchain import JobTypes
 from jobchain.connect_backends import open_state
 from jobchain.contracts.state import (
+    ChainsCancel,
+    ChainsCancelled,
     JobComplete,
+    JobFail,
+    JobFailed,
     JobReschedule,
     JobsAcquire,
     JobsCreate,
     NewJob,
     StateAdapter,
 )
-from jobchain.entities import Job, Schedule, new_id
+from jobchain.entities import AttemptError, Job, Schedule, new_id
 
 T0 = datetime(2024, 3, 1, tzinfo=UTC)
 
@@ -54,6 +58,7 @@ async def create(
     *,
     input: Any = None,
     blockers: tuple[str, ...] = (),
+    runs_after_failed_blockers: bool = False,
 ) -> list[Job]:
     jobs = [
         NewJob(
@@ -62,6 +67,7 @@ async def create(
             chain_type_name=type_name,
             input=input if input is not None else {"n": i},
             blocker_chain_ids=blockers,
+            runs_after_failed_blockers=runs_after_failed_blockers,
         )
         for i in range(count)
     ]
@@ -79,9 +85,15 @@ async def run(
     fail_with: str | None = None,
     retry_at: datetime | None = None,
     continue_with: str | None = None,
+    error_type: str | None = None,
+    give_up: bool = False,
 ) -> Job:
     """Claim ``job`` (or the oldest eligible job of that type name) at ``started``, then complete
-    it (or fail it, or continue its chain) at ``finished``."""
+    it (or fail it, or continue its chain) at ``finished``.
+
+    ``fail_with`` fails the attempt: rescheduled at ``retry_at``, or failed for good with
+    ``give_up`` (``job_fail``, as a worker does when no attempts are left). With
+    ``error_type`` the failure is appended to the error history as the worker records it."""
     type_name = job if isinstance(job, str) else job.type_name
     async with state.transaction() as tx:
         acquired = await tx.jobs_acquire(
@@ -94,6 +106,18 @@ async def run(
         assert claimed == [job.id], f"expected to claim {job.id}, got {claimed}"
     job = acquired.jobs[0]
     async with state.transaction() as tx:
+        recorded = (
+            None
+            if error_type is None or fail_with is None
+            else AttemptError(
+                attempt=job.attempt, worker_id="w1", error_type=error_type, message=fail_with, at=finished
+            )
+        )
+        if fail_with is not None and give_up:
+            failed = await tx.job_fail(
+                JobFail(job_id=job.id, error=fail_with, worker_id="w1", attempt_error=recorded, now=finished)
+            )
+            return failed.job
         if fail_with is not None:
             return await tx.job_reschedule(
                 JobReschedule(
@@ -101,6 +125,7 @@ async def run(
                     schedule=Schedule(at=retry_at or finished),
                     error=fail_with,
                     worker_id="w1",
+                    attempt_error=recorded,
                     now=finished,
                 )
             )
@@ -124,6 +149,33 @@ async def run(
             JobComplete(job_id=job.id, output={"ok": True}, worker_id="w1", now=finished)
         )
         return done.job
+
+
+async def fail(state: StateAdapter, job: Job, *, at: datetime, error: str) -> JobFailed:
+    """Fail ``job`` for good without a worker (as an operator's tooling may), at ``at``."""
+    async with state.transaction() as tx:
+        return await tx.job_fail(JobFail(job_id=job.id, error=error, now=at))
+
+
+async def cancel(
+    state: StateAdapter, chain_ids: list[str], *, at: datetime, reason: str | None = None
+) -> ChainsCancelled:
+    """Cancel chains at ``at`` (``client.cancel_chains`` without the notifications)."""
+    async with state.transaction() as tx:
+        result = await tx.chains_cancel(ChainsCancel(chain_ids=chain_ids, reason=reason, now=at))
+    assert not result.not_found, result
+    assert not result.not_cancellable, result
+    return result
+
+
+async def claim(state: StateAdapter, job: Job, *, at: datetime) -> Job:
+    """Claim ``job`` at ``at`` and leave it running (a one-hour lease)."""
+    async with state.transaction() as tx:
+        acquired = await tx.jobs_acquire(
+            JobsAcquire(type_names=[job.type_name], worker_id="w1", lease_for=timedelta(hours=1), now=at)
+        )
+    assert [j.id for j in acquired.jobs] == [job.id]
+    return acquired.jobs[0]
 
 
 # ---------------------------------------------------------------- a notify backend that records
