@@ -18,6 +18,12 @@ from jobchain_conformance.suites.state_lifecycle_propagation import (
     PropagationTests,
     TerminalDeduplicationTests,
 )
+from jobchain_conformance.suites.state_lifecycle_prune import ChainsPruneTests, DeadLetterListingTests
+from jobchain_conformance.suites.state_lifecycle_retry import (
+    JobsRetryTests,
+    RetryDependentsTests,
+    RetryRefusalTests,
+)
 
 
 class LifecycleStateTests(
@@ -29,6 +35,11 @@ class LifecycleStateTests(
     PropagationTests,
     OptInPropagationTests,
     TerminalDeduplicationTests,
+    JobsRetryTests,
+    RetryRefusalTests,
+    RetryDependentsTests,
+    ChainsPruneTests,
+    DeadLetterListingTests,
     StateSuiteBase,
 ):
     """Every lifecycle case of the state contract."""
