@@ -6,8 +6,10 @@
 -- failing: every blocked job without runs_after_failed_blockers that one of those chains
 -- blocks, and recursively every such job blocked by the chain of a job failing here (a
 -- blocked job is its chain's last job, so its chain fails with it). UNION keeps the
--- recursion finite even on a cycle of blockers. cause: one row per failing job, the
--- blocker it declared first among the failing ones. released: blocked jobs with
+-- recursion finite even on a cycle of blockers. level/depth: each failing chain's distance
+-- from an origin (breadth first, bounded by the number of edges, so a cycle ends too).
+-- cause: one row per failing job, its failing blocker nearest to an origin (the one that
+-- failed it first), then the first declared. released: blocked jobs with
 -- runs_after_failed_blockers blocked by a chain that became terminal here, whose every
 -- blocker chain is now terminal (a chain in `terminal` is, whatever its stored row says).
 -- plan is MATERIALIZED, so every decision reads the table as it was before this statement.
@@ -34,10 +36,28 @@ failing(job_id, chain_id, by_chain_id, cause, idx) AS (
     WHERE +j.status = 'blocked' AND NOT j.runs_after_failed_blockers
       AND j.chain_id NOT IN (SELECT chain_id FROM origin)
 ),
+edge(job_id, chain_id, by_chain_id, cause, idx) AS MATERIALIZED (
+    SELECT job_id, chain_id, by_chain_id, cause, idx FROM failing
+),
+level(chain_id, depth) AS (
+    SELECT chain_id, 0 FROM origin
+    UNION
+    SELECT e.chain_id, l.depth + 1
+    FROM level l
+    JOIN edge e ON e.by_chain_id = l.chain_id
+    WHERE l.depth < (SELECT COUNT(*) FROM edge)
+),
+depth(chain_id, depth) AS MATERIALIZED (
+    SELECT chain_id, MIN(depth) FROM level GROUP BY chain_id
+),
 cause(job_id, chain_id, by_chain_id, cause) AS MATERIALIZED (
-    -- SQLite takes the bare columns from the row holding MIN(idx).
+    -- SQLite takes the bare columns from the row holding the MIN: the blocker nearest to an
+    -- origin, then the first declared.
     SELECT job_id, chain_id, by_chain_id, cause FROM (
-        SELECT job_id, chain_id, by_chain_id, cause, MIN(idx) FROM failing GROUP BY job_id
+        SELECT e.job_id, e.chain_id, e.by_chain_id, e.cause, MIN(d.depth * 1048576 + e.idx)
+        FROM edge e
+        JOIN depth d ON d.chain_id = e.by_chain_id
+        GROUP BY e.job_id
     )
 ),
 terminal(chain_id) AS MATERIALIZED (
