@@ -14,6 +14,7 @@ from jobchain_conformance.suites.state_lifecycle_fail import (
     JobFailTests,
 )
 from jobchain_conformance.suites.state_lifecycle_propagation import (
+    ConcurrentPropagationTests,
     OptInPropagationTests,
     PropagationTests,
     TerminalDeduplicationTests,
@@ -35,6 +36,7 @@ class LifecycleStateTests(
     PropagationTests,
     OptInPropagationTests,
     TerminalDeduplicationTests,
+    ConcurrentPropagationTests,
     JobsRetryTests,
     RetryRefusalTests,
     RetryDependentsTests,

@@ -7,11 +7,13 @@ instead becomes pending once every blocker chain is terminal, whatever their sta
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Sequence
 from datetime import datetime, timedelta
 
-from jobchain.contracts import StateAdapter
+from jobchain.contracts import Capability, JobFail, JobsCreate, StateAdapter
 from jobchain.entities import Deduplication, Job, JobStatus, Schedule
+from jobchain_conformance.capabilities import requires
 from jobchain_conformance.helpers import (
     assert_time,
     cancel,
@@ -26,6 +28,9 @@ from jobchain_conformance.helpers import (
 )
 
 SECOND = timedelta(seconds=1)
+TIMEOUT = 10.0
+GRACE = 0.2
+"""Seconds a second transaction is given to reach its wait (a correct adapter passes whatever it is)."""
 
 
 def failed_message(blocker: Job, *, cancelled: bool = False) -> str:
@@ -311,3 +316,37 @@ class TerminalDeduplicationTests:
         await fail(state_adapter, first.id, now=now)
         again = await create_one(state_adapter, new_job(deduplication=dedup), now=now + SECOND)
         assert (again.deduplicated, again.job.id) == (True, first.id)
+
+
+class ConcurrentPropagationTests:
+    """A dependent inserted while its blocker fails in another transaction is never left blocked."""
+
+    @requires(Capability.CONCURRENT_TRANSACTIONS)
+    async def test_a_failure_waits_for_an_uncommitted_dependent_and_fails_it(
+        self, state_adapter: StateAdapter, now: datetime
+    ) -> None:
+        blocker = await start(state_adapter, now=now, type_name="blocker")
+        job = new_job(blocker_chain_ids=[blocker.id])
+        async with state_adapter.transaction() as inserting:
+            (created,) = await inserting.jobs_create(JobsCreate(jobs=[job], now=now))
+            assert created.job.status is JobStatus.BLOCKED
+            failing = asyncio.create_task(fail(state_adapter, blocker.id, now=now))
+            await asyncio.wait({failing}, timeout=GRACE)
+        result = await asyncio.wait_for(failing, TIMEOUT)
+        stored = await get_job(state_adapter, job.id)
+        assert stored.status is JobStatus.FAILED, "the dependent was left blocked by a failed chain"
+        assert [j.id for j in result.failed_jobs] == [job.id]
+
+    @requires(Capability.CONCURRENT_TRANSACTIONS)
+    async def test_an_insert_waits_for_an_uncommitted_failure_and_fails_at_once(
+        self, state_adapter: StateAdapter, now: datetime
+    ) -> None:
+        blocker = await start(state_adapter, now=now, type_name="blocker")
+        job = new_job(blocker_chain_ids=[blocker.id])
+        async with state_adapter.transaction() as failing:
+            await failing.job_fail(JobFail(job_id=blocker.id, error="gave up", now=now))
+            inserting = asyncio.create_task(create_one(state_adapter, job, now=now))
+            await asyncio.wait({inserting}, timeout=GRACE)
+        created = await asyncio.wait_for(inserting, TIMEOUT)
+        assert created.job.status is JobStatus.FAILED, "the dependent was left blocked by a failed chain"
+        assert await get_job(state_adapter, job.id) == created.job
