@@ -23,6 +23,7 @@ from jobchain.contracts.state import (
     MAX_PAGE_SIZE,
     ChainsCancel,
     ChainsList,
+    JobGet,
     JobsList,
     JobsRetried,
     JobsRetry,
@@ -180,7 +181,8 @@ class ClientLifecycle(ClientQueries):
     async def retry_jobs(
         self, tx: Transaction, job_ids: Sequence[str], *, schedule: Schedule | None = None
     ) -> list[Job]:
-        """Redrive failed or cancelled jobs, all or nothing; results keep the input order.
+        """Redrive failed or cancelled jobs, all or nothing; results keep the input order
+        (repeated ids once).
 
         Each job goes back to ``pending`` at ``schedule`` (None: now), or to ``blocked`` while
         one of its blocker chains is unfinished, with a fresh attempt budget; its attempt
@@ -206,9 +208,10 @@ class ClientLifecycle(ClientQueries):
             if job_id in refused:
                 raise JobNotRetryableError(job_id, refused[job_id])
             if job_id in blocked:
-                raise JobNotRetryableError(
-                    job_id, JobStatus.FAILED.value, blocked_by_chain_id=blocked[job_id]
-                )
+                # The refusal names the blocker, not the job's status (failed or cancelled).
+                job = await tx.state.job_get(JobGet(job_id=job_id))
+                status = job.status.value if job is not None else JobStatus.FAILED.value
+                raise JobNotRetryableError(job_id, status, blocked_by_chain_id=blocked[job_id])
         _buffer_retried(tx.hooks, result)
         by_id = {job.id: job for job in result.retried}
         return [by_id[i] for i in ids if i in by_id]

@@ -233,6 +233,20 @@ class TestRetry:
             await client.retry_jobs(tx, [blocker])
         assert await status(client, dependent) is JobStatus.BLOCKED
 
+    async def test_a_cancelled_job_whose_blocker_failed_since_is_refused_with_its_own_status(
+        self, client: Client
+    ) -> None:
+        blocker = await start(client, schedule=LATER)
+        dependent = await start(client, needs, 2, blockers=[blocker])
+        async with client.transaction() as tx:
+            await client.cancel_chain(tx, dependent)
+        await fail(client, blocker)
+        async with client.transaction() as tx:
+            with pytest.raises(JobNotRetryableError) as refused:
+                await client.retry_job(tx, dependent)
+        assert (refused.value.status, refused.value.blocked_by_chain_id) == ("cancelled", blocker)
+        assert await status(client, dependent) is JobStatus.CANCELLED
+
     async def test_retry_chains_pages_and_stops_at_its_limit(self, client: Client) -> None:
         ids = [await start(client, n=i, schedule=LATER) for i in range(7)]
         for job_id in ids:
