@@ -258,6 +258,11 @@ class DeadLetterListingTests:
             entry = attempt_error(0, at=now, error_type="SMTPError")
             letters.append((await fail(state_adapter, job.id, now=now, attempt_error=entry)).job)
         await finished(state_adapter, now, "failed", type_name="other")
+        bounced = await start(state_adapter, now=now + SECOND, type_name="send")
+        await fail(
+            state_adapter, bounced.id, now=now, attempt_error=attempt_error(0, at=now, error_type="Bounce")
+        )
+        await finished(state_adapter, now + 2 * SECOND, "failed", type_name="send")  # no history
         params = JobsList(
             type_names=["send"], statuses=["failed"], error_types=["SMTPError"], order="asc", limit=2
         )
