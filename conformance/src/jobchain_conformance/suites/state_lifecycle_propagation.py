@@ -119,8 +119,8 @@ class PropagationTests:
         assert by_id(result.failed_jobs) == stored
         assert_failed_by(state_adapter, stored[second.id], first, at)
         assert_failed_by(state_adapter, stored[third.id], second, at)
-        assert stored[fourth.id].status is JobStatus.FAILED
-        assert stored[fourth.id].failed_by_chain_id in (second.id, third.id)
+        # Reached through second first, but named after its first declared blocker that ended.
+        assert_failed_by(state_adapter, stored[fourth.id], third, at)
 
     async def test_a_blocked_continuation_fails_and_its_chain_propagates(
         self, state_adapter: StateAdapter, now: datetime
@@ -134,6 +134,17 @@ class PropagationTests:
         assert set(by_id(result.failed_jobs)) == {step.id, downstream.id}
         assert (await get_chain(state_adapter, root.id)).status is JobStatus.FAILED
         assert_failed_by(state_adapter, await get_job(state_adapter, downstream.id), step, now)
+
+    async def test_several_blockers_ending_at_once_name_the_first_declared(
+        self, state_adapter: StateAdapter, now: datetime
+    ) -> None:
+        first = await start(state_adapter, now=now, type_name="first")
+        second = await start(state_adapter, now=now, type_name="second")
+        job = await dependent(state_adapter, now, second, first)
+        result = await cancel(state_adapter, [first.id, second.id], now=now)
+        stored = await get_job(state_adapter, job.id)
+        assert_failed_by(state_adapter, stored, second, now, cancelled=True)
+        assert result.failed_jobs == [stored]
 
     async def test_one_failed_blocker_is_enough_and_the_others_are_untouched(
         self, state_adapter: StateAdapter, now: datetime

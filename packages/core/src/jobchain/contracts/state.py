@@ -15,8 +15,9 @@ Terminal statuses and what follows them (the lifecycle):
   with ``runs_after_failed_blockers`` counts that blocker as resolved (it goes
   ``blocked → pending``, ``scheduled_at = max(scheduled_at, now)``, once every blocker chain
   is terminal); any other becomes ``failed`` (``failed_at = now``, ``failed_by_chain_id`` = the
-  blocker chain, ``last_attempt_error`` = "blocker chain <id> (<type>) failed" or "... was
-  cancelled", and an :class:`AttemptError` of type ``BlockerChainFailed`` or
+  first of its declared blocker chains that is failed or cancelled once the operation is done,
+  ``last_attempt_error`` = "blocker chain <id> (<type>) failed" or "... was cancelled" after
+  that chain, and an :class:`AttemptError` of type ``BlockerChainFailed`` or
   ``BlockerChainCancelled`` appended, worker None, attempt = its current ``attempt``) — and its
   own chain failing propagates in turn, down the whole graph. Completion unblocking counts a
   failed or cancelled blocker as resolved for a ``runs_after_failed_blockers`` job too.

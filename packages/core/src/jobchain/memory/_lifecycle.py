@@ -38,31 +38,33 @@ def _ends_chain(ctx: Ctx, job: Job) -> bool:
 def propagate(ctx: Ctx, ended: list[Job], now: datetime) -> tuple[list[Job], list[Job]]:
     """React to chains that just failed or were cancelled (given by their last jobs).
 
-    Returns the jobs failed by propagation (every level) and the opted-in jobs unblocked,
-    each by ``(created_at, id)``.
+    First the whole set of blocked dependents that fail (every level) is found, then each
+    fails naming the first of its declared blocker chains that ended (so the choice never
+    depends on the order of the walk), then opted-in dependents whose blockers are all
+    terminal become pending. Returns (failed, unblocked), each by ``(created_at, id)``.
     """
-    failed: list[Job] = []
-    unblocked: list[Job] = []
-    queue = deque(ended)
+    view = ctx.view
+    ends = {job.chain_id: job for job in ended}  # chain id -> the job that ended it
+    doomed: dict[str, Job] = {}
+    queue = deque(ends)
     while queue:
-        blocker = queue.popleft()
-        unblocked.extend(unblock(ctx, blocker.chain_id, now, only_opted_in=True))
-        doomed = sorted(
-            (
-                job
-                for job in ctx.view.dependents(blocker.chain_id)
-                if job.status is JobStatus.BLOCKED and not job.runs_after_failed_blockers
-            ),
-            key=created_key,
-        )
-        for job in doomed:
-            ctx.lock(job.id)  # before writing any: a dependent changed elsewhere makes us wait
-        for job in doomed:
-            failed_job = ctx.put(failed_by_blocker(job, blocker, now))
-            failed.append(failed_job)
-            if _ends_chain(ctx, failed_job):  # a blocked job always does; its chain failed in turn
-                queue.append(failed_job)
-    failed.sort(key=created_key)
+        chain_id = queue.popleft()
+        for job in sorted(view.dependents(chain_id), key=created_key):
+            if (
+                job.status is JobStatus.BLOCKED
+                and not job.runs_after_failed_blockers
+                and job.id not in doomed
+            ):
+                ctx.lock(job.id)  # before writing any: a dependent changed elsewhere makes us wait
+                doomed[job.id] = job
+                if job.chain_id not in ends and _ends_chain(ctx, job):  # a blocked job always does
+                    ends[job.chain_id] = job
+                    queue.append(job.chain_id)
+    failed = [
+        ctx.put(failed_by_blocker(job, ends[next(b for b in view.blockers(job.id) if b in ends)], now))
+        for job in sorted(doomed.values(), key=created_key)
+    ]
+    unblocked = [job for chain_id in ends for job in unblock(ctx, chain_id, now, only_opted_in=True)]
     unblocked.sort(key=created_key)
     return failed, unblocked
 
