@@ -338,9 +338,11 @@ class JobsRetry:
     failed or cancelled, or one whose failure came from a blocker chain that is still failed or
     cancelled, changes nothing and is listed instead. A job not created with
     ``runs_after_failed_blockers`` that has any failed or cancelled blocker chain is refused
-    the same way (``blocked_by_failed`` names that chain); a dependent that would follow but
-    has another failed or cancelled blocker chain stays ``failed`` with ``failed_by_chain_id``
-    = that chain (retrying it brings the dependent back).
+    the same way (``blocked_by_failed`` names its ``failed_by_chain_id`` if that chain is still
+    failed or cancelled, else the first such blocker chain declared); a dependent that would
+    follow but has another failed or cancelled blocker chain stays ``failed`` with
+    ``failed_by_chain_id`` = the first such chain declared (retrying it brings the dependent
+    back).
     """
 
     job_ids: Sequence[str]
