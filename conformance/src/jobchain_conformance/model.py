@@ -2,8 +2,9 @@
 
 :func:`make_state_machine` drives random sequences of state operations — chains created
 with and without deduplication and blockers, acquisition, completion with and without a
-continuation, reschedule, renewal, reaping, trigger, deletion, and worker heartbeats that
-register workers and release the jobs of dead ones — against the adapter
+continuation, reschedule, renewal, reaping, trigger, deletion, worker heartbeats that
+register workers and release the jobs of dead ones, and the lifecycle (fail, cancel, retry,
+prune; rules in ``model_lifecycle``) — against the adapter
 under test and a fresh :class:`jobchain.memory.state.MemoryStateAdapter`, with the same
 explicit ``now`` values and the same ids. After every step both must hold the same jobs
 and chains; every step must return the same result or raise the same error class.
@@ -58,7 +59,8 @@ from jobchain.contracts import (
     WorkerHeartbeat,
     WorkersList,
 )
-from jobchain.entities import Deduplication, Job, JobStatus, Schedule, WorkerInfo, WorkerState
+from jobchain.entities import AttemptError, Deduplication, Job, JobStatus, Schedule, WorkerState
+from jobchain_conformance.model_lifecycle import LifecycleRules, project
 
 T = TypeVar("T")
 AdapterFactory = Callable[[], Coroutine[Any, Any, StateAdapter]]
@@ -108,15 +110,6 @@ class Raised:
     """An operation's outcome when it raised."""
 
     error: type[BaseException]
-
-
-def _utc(value: Any) -> Any:
-    return value.astimezone(UTC) if isinstance(value, datetime) else value
-
-
-def project(job: Job | WorkerInfo) -> dict[str, Any]:
-    """Every stored field of a job (or registry row), times normalized to UTC."""
-    return {f.name: _utc(getattr(job, f.name)) for f in dataclasses.fields(job)}
 
 
 async def _outcome(adapter: StateAdapter, op: Callable[[StateTx], Awaitable[T]]) -> T | Raised:
@@ -179,7 +172,7 @@ def make_state_machine(
 
     make_reference = reference_factory or memory_reference
 
-    class AdapterAgreesWithReference(RuleBasedStateMachine):
+    class AdapterAgreesWithReference(LifecycleRules, RuleBasedStateMachine):
         def __init__(self) -> None:
             super().__init__()
             self.subject = runner(adapter_factory())
@@ -233,12 +226,21 @@ def make_state_machine(
             create → complete → create-again sequences are likely within one example."""
             return items[-1 - index % len(items)]
 
+        def reference_read(self, op: Callable[[StateTx], Awaitable[T]]) -> T:
+            """Read the reference's committed state (to aim an operation, never to compare)."""
+
+            async def read() -> T:
+                async with self.reference.transaction(read_only=True) as tx:
+                    return await op(tx)
+
+            return runner(read())
+
         # ------------------------------------------------------------ rules
 
         @initialize(count=st.integers(1, 4))
         def seed_chains(self, count: int) -> None:
             for n in range(count):
-                self.create_chains(n % 2, None, [], None, 1)
+                self.create_chains(n % 2, None, [], None, 1, False)
 
         @rule(seconds=st.sampled_from([1, 10, 30, 31, 61, 300]))
         def advance_clock(self, seconds: int) -> None:
@@ -258,6 +260,7 @@ def make_state_machine(
             blockers=st.sampled_from([(), (), (0,), (0, 1), (1, 2)]),
             delay=st.sampled_from([None, 0, 20]),
             batch=st.integers(1, 2),
+            opt_in=st.sampled_from([False, False, True]),
         )
         def create_chains(
             self,
@@ -266,6 +269,7 @@ def make_state_machine(
             blockers: Sequence[int],
             delay: int | None,
             batch: int,
+            opt_in: bool,
         ) -> None:
             blocker_ids = list(
                 dict.fromkeys(self.pick(self.chain_ids, i) for i in blockers if self.chain_ids)
@@ -288,6 +292,7 @@ def make_state_machine(
                     deduplication=deduplication,
                     schedule=None if delay is None else Schedule(after=timedelta(seconds=delay)),
                     blocker_chain_ids=blocker_ids,
+                    runs_after_failed_blockers=opt_in,
                 )
                 for n in range(batch)
             ]
@@ -414,8 +419,11 @@ def make_state_machine(
             status=st.sampled_from([JobStatus.RUNNING, JobStatus.PENDING, JobStatus.COMPLETED]),
             delay=st.sampled_from([0, 10, 45]),
             as_owner=st.booleans(),
+            with_entry=st.booleans(),
         )
-        def reschedule(self, index: int, status: JobStatus, delay: int, as_owner: bool) -> None:
+        def reschedule(
+            self, index: int, status: JobStatus, delay: int, as_owner: bool, with_entry: bool
+        ) -> None:
             # Blocked jobs are never rescheduled: the contract promises nothing about that.
             job = self.reference_job(index, [status])
             if job is None:
@@ -425,6 +433,17 @@ def make_state_machine(
                 schedule=Schedule(after=timedelta(seconds=delay)),
                 error=f"failure at {self.now.isoformat()}",
                 worker_id=(job.leased_by or self.workers[0]) if as_owner else None,
+                attempt_error=(
+                    AttemptError(
+                        attempt=job.attempt,
+                        worker_id=job.leased_by,
+                        error_type="Retry",
+                        message="x",
+                        at=self.now,
+                    )
+                    if with_entry
+                    else None
+                ),
                 now=self.now,
             )
             self.agree("job_reschedule", self.both(lambda tx: tx.job_reschedule(params)), project)

@@ -66,6 +66,7 @@ class ChainsCancelTests:
             "not needed",
         )
         assert_time(state_adapter, cancelled.cancelled_at, now + SECOND)
+        assert (cancelled.scheduled_at, cancelled.last_attempt_at) == (job.scheduled_at, job.last_attempt_at)
         assert (result.running_job_ids, result.previous_leased_by) == ([], {})
         assert (result.not_found, result.not_cancellable) == ([], [])
         assert await get_job(state_adapter, job.id) == cancelled

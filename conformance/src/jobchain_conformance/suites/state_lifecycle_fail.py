@@ -108,6 +108,8 @@ class JobFailTests:
         assert (failed.last_attempt_error, failed.attempt_errors) == ("ValueError: bad", (entry,))
         assert (failed.attempt, failed.attempt_base, failed.failed_by_chain_id) == (1, 0, None)
         assert_time(state_adapter, failed.failed_at, now + SECOND)
+        assert_time(state_adapter, failed.last_attempt_at, now + SECOND)
+        assert (failed.scheduled_at, failed.lease_generation) == (job.scheduled_at, job.lease_generation)
         assert (result.was_running, result.previous_leased_by) == (True, WORKER)
         assert (result.failed_jobs, result.unblocked_jobs) == ([], [])
         assert await get_job(state_adapter, job.id) == failed
@@ -128,6 +130,8 @@ class JobFailTests:
         result = await fail(state_adapter, job.id, now=now + SECOND, error="operator gave up")
         assert (result.job.status, result.job.last_attempt_error) == (JobStatus.FAILED, "operator gave up")
         assert (result.was_running, result.job.attempt, result.job.attempt_errors) == (False, 0, ())
+        assert result.job.scheduled_at == job.scheduled_at
+        assert_time(state_adapter, result.job.last_attempt_at, now + SECOND)
         assert await get_job(state_adapter, job.id) == result.job
 
     async def test_a_workerless_fail_fails_a_blocked_job(

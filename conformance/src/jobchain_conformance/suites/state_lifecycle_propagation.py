@@ -90,6 +90,7 @@ class PropagationTests:
         result = await fail(state_adapter, blocker.id, now=at)
         stored = await get_job(state_adapter, job.id)
         assert_failed_by(state_adapter, stored, blocker, at)
+        assert (stored.scheduled_at, stored.attempt, stored.last_attempt_at) == (job.scheduled_at, 0, None)
         assert result.failed_jobs == [stored]
         assert result.unblocked_jobs == []
         assert (await get_chain(state_adapter, job.id)).status is JobStatus.FAILED

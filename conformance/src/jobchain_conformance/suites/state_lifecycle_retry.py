@@ -226,6 +226,7 @@ class RetryDependentsTests:
         for job_id, job in after.items():
             assert job.status is JobStatus.BLOCKED
             assert_redriven(job, before[job_id])
+            assert job.scheduled_at == before[job_id].scheduled_at
         completed = await complete(state_adapter, first.id, now=now + SECOND)
         assert [j.id for j in completed.unblocked_jobs] == [second.id]
         completed = await complete(state_adapter, second.id, now=now + SECOND)

@@ -260,8 +260,9 @@ class JobReschedule:
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class JobFail:
-    """Fail a job for good: status ``failed``, ``failed_at = now``, lease cleared,
-    ``last_attempt_error = error``, ``attempt_error`` (if given) appended to the history.
+    """Fail a job for good: status ``failed``, ``failed_at = last_attempt_at = now``, lease
+    cleared, ``last_attempt_error = error``, ``attempt_error`` (if given) appended to the
+    history; ``scheduled_at`` and the attempt counters unchanged.
 
     Fencing as :class:`JobReschedule`. Failure propagates to the jobs blocked by the job's
     chain in the same operation (module docstring, *Propagation*).

@@ -80,7 +80,7 @@ def job_fail(ctx: Ctx, params: JobFail, now: datetime) -> JobFailed:
             job,
             status=JobStatus.FAILED,
             failed_at=now,
-            last_attempt_at=now if was_running else job.last_attempt_at,
+            last_attempt_at=now,  # as a reschedule records it
             last_attempt_error=params.error,
             attempt_errors=with_error(job.attempt_errors, params.attempt_error),
             leased_by=None,
