@@ -56,9 +56,9 @@ class Deadline:
     async def run(self, work: Coroutine[Any, Any, None], unfinished: Callable[[], bool]) -> None:
         """Await ``work``; past the deadline, signal, then cancel it after the grace.
 
-        Raises JobTimeoutError when the deadline passed and the handler was cancelled, stopped
-        because of the signal, or returned with its job ``unfinished()`` (no completion, or one
-        not yet committed: it is rolled back).
+        Raises JobTimeoutError when the deadline passed and the handler then was cancelled,
+        stopped because of the signal, or returned, with its job ``unfinished()`` (no
+        completion, or one not yet committed: it is rolled back).
         """
         loop = asyncio.get_running_loop()
         task = asyncio.ensure_future(work)
@@ -78,7 +78,9 @@ class Deadline:
             current = asyncio.current_task()
             cancelled_from_outside = current is not None and current.cancelling() > 0
             if self._fired and not cancelled_from_outside:
-                raise self.error() from None
+                if unfinished():
+                    raise self.error() from None
+                return  # its job was finished (and committed) before: cancelling it undid nothing
             raise
         except AttemptAbortedError as aborted:
             if aborted.reason is AbortReason.TIMEOUT:
