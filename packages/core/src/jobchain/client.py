@@ -212,8 +212,9 @@ class Client(ClientLifecycle):
         With ``deduplication`` an existing matching chain is returned instead
         (``deduplicated=True``). ``blockers`` keep the first job ``blocked`` until those
         chains complete; if one fails or is cancelled (even before this call), the job fails
-        with it unless its type was defined with ``runs_after_failed_blockers=True``. Raises JobTypeValidationError, InvalidJobIdError,
-        DuplicateJobIdError, ChainNotFoundError (a missing blocker) before writing.
+        with it unless its type was defined with ``runs_after_failed_blockers=True``. Raises
+        JobTypeValidationError, InvalidJobIdError, DuplicateJobIdError, ChainNotFoundError (a
+        missing blocker) before writing.
         """
         start = ChainStart(
             job_type=job_type,

@@ -30,7 +30,7 @@ from jobchain.contracts.state import (
     Order,
     StateTx,
 )
-from jobchain.entities import Chain, Job, JobStatus, Page, Schedule, validate_id
+from jobchain.entities import MAX_ERROR_MESSAGE_CHARS, Chain, Job, JobStatus, Page, Schedule, validate_id
 from jobchain.errors import (
     ChainNotCancellableError,
     ChainNotFoundError,
@@ -42,6 +42,9 @@ from jobchain.transactions import Transaction, TransactionHooks
 
 RETRYABLE_STATUSES = (JobStatus.FAILED, JobStatus.CANCELLED)
 """The statuses :meth:`ClientLifecycle.retry_jobs` accepts."""
+
+MAX_REASON_CHARS = MAX_ERROR_MESSAGE_CHARS
+"""The longest cancel reason accepted (the bound of an error message)."""
 
 DEFAULT_RETRY_CHAINS_LIMIT = 1_000
 """How many chains one :meth:`ClientLifecycle.retry_chains` call retries at most by default."""
@@ -64,9 +67,15 @@ class ChainsRetried:
 
 
 def _reason(reason: object) -> str | None:
-    if reason is None or isinstance(reason, str):
-        return reason
-    raise InvalidArgumentError(f"reason must be a string or None, got {reason!r}")
+    if reason is None:
+        return None
+    if not isinstance(reason, str):
+        raise InvalidArgumentError(f"reason must be a string or None, got {reason!r}")
+    if len(reason) > MAX_REASON_CHARS:
+        raise InvalidArgumentError(
+            f"reason must be at most {MAX_REASON_CHARS} characters, got {len(reason)}; keep details elsewhere"
+        )
+    return reason
 
 
 def _retry_statuses(values: Sequence[JobStatus | str]) -> list[str]:

@@ -241,6 +241,7 @@ class TestCancelRefusals:
             ([None], None, InvalidJobIdError),
             (["0190a8a5-6b1e-7cc3-8a4e-3d2f7d1e9b10"], 42, InvalidArgumentError),
             (["0190a8a5-6b1e-7cc3-8a4e-3d2f7d1e9b10"], b"why", InvalidArgumentError),
+            (["0190a8a5-6b1e-7cc3-8a4e-3d2f7d1e9b10"], "x" * 2_001, InvalidArgumentError),
         ],
     )
     async def test_bad_input_is_refused_before_the_adapter_is_called(
