@@ -6,6 +6,7 @@ import asyncio
 from datetime import UTC, datetime, timedelta
 
 from jobchain.contracts import (
+    ChainGet,
     CompletesJobsInBatches,
     JobComplete,
     JobCompleted,
@@ -88,7 +89,8 @@ async def test_a_job_held_by_another_transaction_takes_the_slow_path(
 
     async def hold() -> None:
         async with pg_state.transaction() as tx:
-            await tx.job_get(JobGet(job_id=held.id, lock=True))
+            # A row lock (job_get's lock is an advisory hold, which completions do not wait for).
+            await tx.chain_get(ChainGet(chain_id=held.id, lock=True))
             locked.set()
             await release.wait()
 

@@ -287,7 +287,7 @@ async def test_next_available_uses_the_pending_partial_index(seeded: PostgresSta
 
 async def test_reaping_uses_the_expired_lease_partial_index(seeded: PostgresStateAdapter) -> None:
     q = Queries(seeded.options.schema, "jobchain_")
-    params = {"type_names": ["type1"], "exclude_job_ids": [], "limit": 1, "now": NOW}
+    params = {"type_names": ["type1"], "exclude_job_ids": [], "limit": 1, "kept": 10, "now": NOW}
     assert "jobchain_job_expired_lease_idx" in await plan(seeded, q.jobs_reap_expired, params)
     assert "jobchain_job_expired_lease_idx" in await plan(seeded, q.jobs_reap_expired_atomic, params)
 

@@ -20,10 +20,13 @@ from jobchain.contracts import (
     BlockedJobsList,
     ChainGet,
     ChainJobsList,
+    ChainsCancel,
     ChainsDelete,
     ChainsList,
+    ChainsPrune,
     JobBlockersGet,
     JobComplete,
+    JobFail,
     JobGet,
     JobNextAvailable,
     JobRenewLease,
@@ -32,6 +35,7 @@ from jobchain.contracts import (
     JobsCreate,
     JobsList,
     JobsReapExpired,
+    JobsRetry,
     JobsTrigger,
     NewJob,
 )
@@ -123,6 +127,13 @@ def round_trips(sent: list[str]) -> list[list[str]]:
     return trips
 
 
+PIPELINED = {
+    "job_fail": ["job_fail_lock", "job_fail", "jobs_propagate"],
+    "chains_cancel": ["chains_cancel_lock", "chains_cancel", "jobs_propagate"],
+}
+"""Operations that send several statements in one pipeline (one round trip)."""
+
+
 async def test_every_operation_sends_exactly_one_statement(counted: PostgresStateAdapter) -> None:
     adapter = counted
     blocker, step_root = new("blocker"), new()
@@ -190,12 +201,23 @@ async def test_every_operation_sends_exactly_one_statement(counted: PostgresStat
         ("jobs_list", lambda tx: tx.jobs_list(JobsList(chain_ids=[step_root.id]))),
         ("chain_jobs_list", lambda tx: tx.chain_jobs_list(ChainJobsList(chain_id=step_root.id))),
         ("blocked_jobs_list", lambda tx: tx.blocked_jobs_list(BlockedJobsList(blocker_chain_id=blocker.id))),
+        ("job_fail", lambda tx: tx.job_fail(JobFail(job_id=step.id, error="gave up", now=NOW))),
+        ("jobs_retry", lambda tx: tx.jobs_retry(JobsRetry(job_ids=[step.id], now=NOW))),
+        ("chains_cancel", lambda tx: tx.chains_cancel(ChainsCancel(chain_ids=[step_root.id], now=NOW))),
+        ("chains_prune", lambda tx: tx.chains_prune(ChainsPrune(cancelled_before=NOW, limit=5))),
         ("chains_delete", lambda tx: tx.chains_delete(ChainsDelete(chain_ids=[dependent.id], cascade=True))),
     ]
     for name, op in operations:
         sent = await statements(adapter, op)
         if name == "job_complete":
             assert round_trips(sent) == [["jobs_lock", "job_complete"]], sent
+            continue
+        if name == "job_get_locked":
+            # The hold (an advisory lock, sql/job_hold.sql), then the read: one round trip.
+            assert round_trips(sent) == [["job_hold", "job_get"]], sent
+            continue
+        if name in PIPELINED:
+            assert round_trips(sent) == [PIPELINED[name]], sent
             continue
         if name == "jobs_create (deduplicating)":
             # Deduplicating starts lock their keys first, in the same pipeline (one round trip).
@@ -217,7 +239,8 @@ async def test_completion_waits_and_retries_only_when_another_transaction_holds_
     other = await PostgresStateAdapter.open(postgres_url, StateOptions(schema=schema_name, pool_min_size=0))
     try:
         async with other.transaction() as holder:
-            await holder.job_get(JobGet(job_id=job.id, lock=True))
+            # A row lock (job_get's lock is an advisory hold, which completions do not wait for).
+            await holder.chain_get(ChainGet(chain_id=job.id, lock=True))
 
             async def complete(tx: PostgresStateTx) -> None:
                 await tx.job_complete(JobComplete(job_id=job.id, now=NOW))

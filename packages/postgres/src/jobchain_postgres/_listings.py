@@ -117,6 +117,7 @@ class ListingsMixin:
                 "chain_ids": _id_filter(params.chain_ids),
                 "job_ids": _id_filter(params.job_ids),
                 "statuses": _filter([str(s) for s in params.statuses]),
+                "error_types": _filter(params.error_types),
                 "created_from": _aware("created_from", params.created_from),
                 "created_to": _aware("created_to", params.created_to),
                 "after_at": after_at,

@@ -37,19 +37,19 @@ from jobchain.contracts.state import (
     JobsTriggered,
     NewJob,
 )
-from jobchain.entities import Chain, Job, JobStatus
+from jobchain.entities import ATTEMPT_ERRORS_KEPT, Chain, Job, JobStatus
 from jobchain.errors import (
     BlockerReference,
     ChainNotFoundError,
     InvalidArgumentError,
-    JobAlreadyCompletedError,
     JobchainError,
     JobNotFoundError,
-    JobTakenByAnotherWorkerError,
     TransientStateError,
 )
 from jobchain_postgres._identifiers import savepoint_statements
+from jobchain_postgres._lifecycle import LifecycleMixin
 from jobchain_postgres._listings import ListingsMixin
+from jobchain_postgres._results import check_now, owned_result, shape_of
 from jobchain_postgres._workers import WorkersMixin
 from jobchain_postgres.errors import translated
 from jobchain_postgres.providers import AnyConnection
@@ -59,6 +59,7 @@ from jobchain_postgres.rows import (
     Row,
     Shape,
     UuidAsText,
+    attempt_error_param,
     json_text,
     new_jobs_document,
     new_roots_document,
@@ -74,20 +75,6 @@ ATOMIC_CLAIM_ATTEMPTS = 8
 
 _STALE_RUNS = 16
 """Statements one jobs_create may send while its blocker chains keep completing steps under it."""
-
-
-_SHAPES: dict[tuple[bytes, int], Shape] = {}
-"""Result shapes by statement and column count: reading ``cursor.description`` builds a
-Column object per column on every call, which was the worker's costliest line."""
-
-
-def _shape_of(query: bytes, cursor: Any) -> Shape:
-    result = cursor.pgresult
-    key = (query, result.nfields if result is not None else 0)
-    shape = _SHAPES.get(key)
-    if shape is None:
-        shape = _SHAPES[key] = Shape(cursor.description)
-    return shape
 
 
 def _plain_root(job: NewJob) -> bool:
@@ -112,13 +99,7 @@ def _unique(values: Sequence[str]) -> list[str]:
     return list(dict.fromkeys(values))
 
 
-def _check_now(now: datetime | None) -> datetime | None:
-    if now is not None and now.tzinfo is None:
-        raise InvalidArgumentError("now must be timezone-aware (use datetime.now(timezone.utc))")
-    return now
-
-
-class PostgresStateTx(ListingsMixin, WorkersMixin):
+class PostgresStateTx(LifecycleMixin, ListingsMixin, WorkersMixin):
     """One open transaction (or savepoint) of a PostgreSQL state adapter.
 
     ``connection`` is the psycopg connection it runs on: your own SQL executed there commits or
@@ -182,7 +163,7 @@ class PostgresStateTx(ListingsMixin, WorkersMixin):
             cursor.adapters.register_loader(UUID_OID, UuidAsText)
             await cursor.execute(query, params, prepare=self._prepare)
             rows = await cursor.fetchall()
-            return _shape_of(query, cursor), rows
+            return shape_of(query, cursor), rows
 
     async def _rows_after_lock(
         self,
@@ -204,7 +185,7 @@ class PostgresStateTx(ListingsMixin, WorkersMixin):
                 cursor.adapters.register_loader(UUID_OID, UuidAsText)
                 await cursor.execute(query, params, prepare=self._prepare)
                 rows = await cursor.fetchall()
-            return _shape_of(query, cursor), rows
+            return shape_of(query, cursor), rows
 
     def _steps_together(self) -> AbstractAsyncContextManager[object]:
         """Where an operation's statements must share one transaction: in autocommit, a
@@ -265,7 +246,7 @@ class PostgresStateTx(ListingsMixin, WorkersMixin):
 
     async def _jobs_create(self, params: JobsCreate) -> list[JobCreated]:
         document = new_jobs_document(params.jobs)
-        now = _check_now(params.now)
+        now = check_now(params.now)
         query_params = {"now": now, "jobs": document}
         ids = [job.id for job in params.jobs]
         keys = _deduplication_keys(params.jobs, now)
@@ -312,7 +293,7 @@ class PostgresStateTx(ListingsMixin, WorkersMixin):
         jobs = params.jobs
         ids, document = new_roots_document(jobs)
         channel = params.announce_on
-        query_params = {"now": _check_now(params.now), "jobs": document, "channel": channel}
+        query_params = {"now": check_now(params.now), "jobs": document, "channel": channel}
         announced = channel is not None
         _shape, rows = await self._rows(self._q.jobs_create_roots, query_params, write=True, ids=ids)
         decided = {row[0]: (utc(row[1]), utc(row[2])) for row in rows}
@@ -331,6 +312,7 @@ class PostgresStateTx(ListingsMixin, WorkersMixin):
                 scheduled_at=scheduled_at,
                 trace_context=new.trace_context,
                 chain_trace_context=new.chain_trace_context,
+                runs_after_failed_blockers=new.runs_after_failed_blockers,
             )
             results.append(JobCreated(job=job, announced=announced))
         return results
@@ -351,8 +333,13 @@ class PostgresStateTx(ListingsMixin, WorkersMixin):
         self._check(write=params.lock)
         if job_id is None:
             return None
-        query = self._q.job_get_locked if params.lock else self._q.job_get
-        shape, rows = await self._rows(query, {"job_id": job_id}, write=params.lock)
+        if params.lock:
+            # The hold (sql/job_hold.sql) first, then the read with a snapshot taken after it.
+            shape, rows = await self._rows_after_lock(
+                self._q.job_hold, {"job_id": job_id}, self._q.job_get, {"job_id": job_id}
+            )
+        else:
+            shape, rows = await self._rows(self._q.job_get, {"job_id": job_id}, write=False)
         return shape.job(rows[0]) if rows else None
 
     async def job_blockers_get(self, params: JobBlockersGet) -> list[Chain]:
@@ -368,7 +355,7 @@ class PostgresStateTx(ListingsMixin, WorkersMixin):
         self._check(write=False)
         if not type_names:
             return None
-        query_params = {"type_names": type_names, "now": _check_now(params.now)}
+        query_params = {"type_names": type_names, "now": check_now(params.now)}
         _shape, rows = await self._rows(self._q.job_next_available, query_params, write=False)
         value = rows[0][0] if rows else None
         return value if isinstance(value, timedelta) else None
@@ -387,7 +374,7 @@ class PostgresStateTx(ListingsMixin, WorkersMixin):
             "worker_id": params.worker_id,
             # Aligned with type_names: each claimed job gets its own type's lease.
             "leases": [params.lease_of(type_name) for type_name in type_names],
-            "now": _check_now(params.now),
+            "now": check_now(params.now),
         }
         jobs: list[Job] = []
         has_more = False
@@ -413,11 +400,11 @@ class PostgresStateTx(ListingsMixin, WorkersMixin):
                 "worker_id": params.worker_id,
                 "lease_for": params.lease_for,
                 "lease_generation": params.lease_generation,
-                "now": _check_now(params.now),
+                "now": check_now(params.now),
             },
             write=True,
         )
-        return _owned_result(shape, rows, params.job_id, params.worker_id)
+        return owned_result(shape, rows, params.job_id, params.worker_id)
 
     async def job_reschedule(self, params: JobReschedule) -> Job:
         job_id = self._existing_id(params.job_id)
@@ -430,11 +417,13 @@ class PostgresStateTx(ListingsMixin, WorkersMixin):
                 "scheduled_at": params.schedule.at,
                 "delay": params.schedule.after,
                 "error": params.error,
-                "now": _check_now(params.now),
+                "attempt_error": attempt_error_param(params.attempt_error),
+                "kept": ATTEMPT_ERRORS_KEPT,
+                "now": check_now(params.now),
             },
             write=True,
         )
-        return _owned_result(shape, rows, params.job_id, params.worker_id)
+        return owned_result(shape, rows, params.job_id, params.worker_id)
 
     async def job_complete(self, params: JobComplete) -> JobCompleted:
         job_id = self._existing_id(params.job_id)
@@ -463,7 +452,7 @@ class PostgresStateTx(ListingsMixin, WorkersMixin):
                 "worker_id": item.worker_id,
                 "lease_generation": item.lease_generation,
                 "output": item.output,
-                "now": None if (now := _check_now(item.now)) is None else now.isoformat(),
+                "now": None if (now := check_now(item.now)) is None else now.isoformat(),
             }
             for position, (job_id, item) in enumerate(zip(ids, params, strict=True), start=1)
         ]
@@ -503,7 +492,8 @@ class PostgresStateTx(ListingsMixin, WorkersMixin):
                 "type_names": type_names,
                 "exclude_job_ids": uuids(params.exclude_job_ids),
                 "limit": params.limit,
-                "now": _check_now(params.now),
+                "kept": ATTEMPT_ERRORS_KEPT,
+                "now": check_now(params.now),
             },
             write=True,
         )
@@ -522,7 +512,7 @@ class PostgresStateTx(ListingsMixin, WorkersMixin):
         canonical = [c for _, c in valid if c is not None]
         shape, rows = await self._rows(
             self._q.jobs_trigger,
-            {"job_ids": canonical, "refuse": len(canonical) < len(job_ids), "now": _check_now(params.now)},
+            {"job_ids": canonical, "refuse": len(canonical) < len(job_ids), "now": check_now(params.now)},
             write=True,
         )
         by_id = {shape.scalar(row, "_id"): row for row in rows}
@@ -575,7 +565,7 @@ def _complete_params(job_id: str, params: JobComplete) -> dict[str, Any]:
         "worker_id": params.worker_id,
         "lease_generation": params.lease_generation,
         "output": json_text(params.output),
-        "now": _check_now(params.now),
+        "now": check_now(params.now),
     }
 
 
@@ -587,7 +577,7 @@ def _target(shape: Shape, rows: list[Row]) -> Row:
 def _completed(shape: Shape, rows: list[Row], params: JobComplete) -> JobCompleted:
     """The result of one job_complete statement, or the refusal it reports."""
     target = _target(shape, rows)
-    job = _owned_result(shape, [target], params.job_id, params.worker_id)
+    job = owned_result(shape, [target], params.job_id, params.worker_id)
     status = shape.scalar(target, "_status")
     unblocked = [shape.must_job(row) for row in rows if row is not target]
     unblocked.sort(key=lambda j: (j.created_at, j.id))
@@ -612,21 +602,3 @@ async def _refused_or(pending: Awaitable[JobCompleted]) -> JobCompleted | Jobcha
         return await pending
     except COMPLETION_REFUSALS as refused:
         return refused
-
-
-def _owned_result(shape: Shape, rows: list[Row], job_id: str, worker_id: str | None) -> Job:
-    """The changed job, or the error its status and owner call for (the statement changed nothing)."""
-    if not rows:
-        raise JobNotFoundError(job_id)
-    row = rows[0]
-    job = shape.job(row)
-    if job is not None:
-        return job
-    status = shape.scalar(row, "_status")
-    if status is None:
-        raise JobNotFoundError(job_id)
-    if status == "completed":
-        raise JobAlreadyCompletedError(job_id)
-    if worker_id is None:  # pragma: no cover - a workerless change of an open job always applies
-        raise JobchainError(f"job {job_id} could not be changed (status {status})")
-    raise JobTakenByAnotherWorkerError(job_id, worker_id, shape.scalar(row, "_leased_by"))

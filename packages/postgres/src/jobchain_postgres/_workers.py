@@ -7,7 +7,7 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from jobchain.contracts.state import WorkerHeartbeat, WorkerHeartbeatResult, WorkersList
-from jobchain.entities import Job, WorkerInfo
+from jobchain.entities import ATTEMPT_ERRORS_KEPT, Job, WorkerInfo
 from jobchain.errors import InvalidArgumentError
 from jobchain_postgres.queries import Queries
 from jobchain_postgres.rows import Row, Shape, worker_info
@@ -43,6 +43,7 @@ def _heartbeat_params(params: WorkerHeartbeat) -> dict[str, Any]:
         "alive_for": params.alive_for,
         "release_dead": bool(params.release_dead),
         "prune_after": params.prune_after,
+        "kept": ATTEMPT_ERRORS_KEPT,
         "now": _aware(params.now),
     }
 

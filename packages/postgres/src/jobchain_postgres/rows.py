@@ -23,6 +23,7 @@ from psycopg.adapt import Loader
 from jobchain.contracts.state import NewJob
 from jobchain.entities import (
     CANONICAL_ID,
+    AttemptError,
     Job,
     JobStatus,
     JsonValue,
@@ -299,6 +300,11 @@ def json_text(value: JsonValue) -> str:
         raise InvalidArgumentError(f"value is not JSON-serializable: {exc}") from None
 
 
+def attempt_error_param(entry: AttemptError | None) -> str | None:
+    """An error-history entry as the one-entry JSON array the statements append, or None."""
+    return None if entry is None else json_text([entry.to_json()])
+
+
 def schedule_params(schedule: Schedule) -> tuple[datetime | None, timedelta | None]:
     """(absolute time, delay) for a statement that clamps the result to now."""
     return schedule.at, schedule.after
@@ -344,6 +350,7 @@ def new_jobs_document(jobs: Sequence[NewJob]) -> str:
                 "blockers": [job_uuid(chain_id) for chain_id in new.blocker_chain_ids],
                 "trace_context": new.trace_context,
                 "chain_trace_context": new.chain_trace_context,
+                "runs_after": new.runs_after_failed_blockers,
             }
         )
     return json_text(items)
@@ -363,26 +370,26 @@ def new_roots_document(jobs: Sequence[NewJob]) -> tuple[list[str], str]:
         job_id = job_uuid(new.id)
         ids.append(job_id)
         schedule = new.schedule
-        items.append(
-            {
-                "ord": position,
-                "id": job_id,
-                "type_name": new.type_name,
-                "chain_type_name": new.chain_type_name,
-                "input": new.input,
-                "scheduled_at": None if schedule is None or schedule.at is None else schedule.at.isoformat(),
-                "delay": None
-                if schedule is None or schedule.after is None
-                else schedule.after.total_seconds(),
-                "trace_context": new.trace_context,
-                "chain_trace_context": new.chain_trace_context,
-            }
-        )
+        item: dict[str, Any] = {
+            "ord": position,
+            "id": job_id,
+            "type_name": new.type_name,
+            "chain_type_name": new.chain_type_name,
+            "input": new.input,
+            "scheduled_at": None if schedule is None or schedule.at is None else schedule.at.isoformat(),
+            "delay": None if schedule is None or schedule.after is None else schedule.after.total_seconds(),
+            "trace_context": new.trace_context,
+            "chain_trace_context": new.chain_trace_context,
+        }
+        if new.runs_after_failed_blockers:  # absent reads as false: most starts send nothing more
+            item["runs_after"] = True
+        items.append(item)
     return ids, json_text(items)
 
 
 __all__ = [
     "Row",
+    "attempt_error_param",
     "Shape",
     "check_chain_index",
     "job_uuid",

@@ -11,7 +11,7 @@
 -- Dependents are unblocked by decrementing open_blocker_count under their row lock, so several
 -- blocker chains completing concurrently always leave the count exact.
 WITH target AS (
-    SELECT j.id, j.chain_id, j.chain_index, j.status, j.leased_by, j.lease_generation
+    SELECT j.id, j.chain_id, j.chain_index, j.status, j.leased_by, j.lease_generation, j.cancel_reason
     FROM {job} AS j
     WHERE j.id = %(job_id)s
       AND j.id = ANY (string_to_array(current_setting('jobchain.locked', true), ',')::uuid[])
@@ -28,7 +28,7 @@ completed AS (
         last_attempt_error = NULL
     FROM target AS t
     WHERE j.id = t.id
-      AND t.status <> 'completed'
+      AND t.status NOT IN ('completed', 'failed', 'cancelled')
       AND (
           %(worker_id)s::text IS NULL
           OR (
@@ -66,12 +66,13 @@ SELECT
     t.status IS NULL AND EXISTS (SELECT 1 FROM {job} AS x WHERE x.id = %(job_id)s) AS _busy,
     t.status::text AS _status,
     t.leased_by AS _leased_by,
+    t.cancel_reason AS _cancel_reason,
     EXISTS (SELECT 1 FROM chain_done) AS _chain_completed,
     completed.*
 FROM (SELECT 1) AS one
 LEFT JOIN target AS t ON true
 LEFT JOIN completed ON true
 UNION ALL
-SELECT 'unblocked', false, NULL, NULL, NULL, unblocked.*
+SELECT 'unblocked', false, NULL, NULL, NULL, NULL, unblocked.*
 FROM unblocked
 WHERE unblocked.status = 'pending'

@@ -17,7 +17,7 @@ WITH items AS (
     )
 ),
 target AS (
-    SELECT j.id, j.chain_id, j.chain_index, j.status, j.leased_by, j.lease_generation
+    SELECT j.id, j.chain_id, j.chain_index, j.status, j.leased_by, j.lease_generation, j.cancel_reason
     FROM {job} AS j
     WHERE j.id IN (SELECT items.job_id FROM items)
       AND j.id = ANY (string_to_array(current_setting('jobchain.locked', true), ',')::uuid[])
@@ -35,7 +35,7 @@ completed AS (
     FROM target AS t
     JOIN items AS i ON i.job_id = t.id
     WHERE j.id = t.id
-      AND t.status <> 'completed'
+      AND t.status NOT IN ('completed', 'failed', 'cancelled')
       AND (
           i.worker_id IS NULL
           OR (
@@ -79,13 +79,14 @@ SELECT
     t.status IS NULL AND EXISTS (SELECT 1 FROM {job} AS x WHERE x.id = i.job_id) AS _busy,
     t.status::text AS _status,
     t.leased_by AS _leased_by,
+    t.cancel_reason AS _cancel_reason,
     EXISTS (SELECT 1 FROM chain_done AS cd WHERE cd.job_id = i.job_id) AS _chain_completed,
     completed.*
 FROM items AS i
 LEFT JOIN target AS t ON t.id = i.job_id
 LEFT JOIN completed ON completed.id = i.job_id
 UNION ALL
-SELECT 'unblocked', r.position, false, NULL, NULL, NULL, u.*
+SELECT 'unblocked', r.position, false, NULL, NULL, NULL, NULL, u.*
 FROM unblocked AS u
 JOIN releases AS r ON r.job_id = u.id
 WHERE u.status = 'pending'

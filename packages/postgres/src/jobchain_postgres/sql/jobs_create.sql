@@ -1,5 +1,5 @@
 -- jobs_create: insert a batch of jobs in one statement: start-time deduplication (newest matching
--- root of the same key and chain type; scope "incomplete" = the chain's LAST job is not completed;
+-- root of the same key and chain type; scope "incomplete" = the chain's LAST job is not terminal;
 -- equal keys in the batch collapse onto the first), continuation conflicts on (chain_id,
 -- chain_index) answered with the existing row, blocker rows, and each job's initial status.
 -- A missing blocker chain or continued chain is reported in _problems and nothing is written.
@@ -8,6 +8,11 @@
 -- holds its row FOR UPDATE) and then sees it, and while held it sends a later job_complete of that
 -- job down its slow path, so either way the dependent is never stranded. KEY SHARE does not
 -- conflict with claims or other plain updates, so a running blocker never makes this wait.
+-- Blocker chains already failed or cancelled: a job created with runs_after_failed_blockers counts
+-- them as resolved; any other job is created failed at once (failed_by_chain_id = the first such
+-- blocker in declared order, the cause recorded as propagation records it), never left blocked.
+-- job_fail and chains_cancel lock the blocker's last job FOR UPDATE before deciding, so one in
+-- flight is waited for here (and the statement runs again, as after a completion).
 WITH
 clock AS (
     SELECT COALESCE(%(now)s::timestamptz, statement_timestamp()) AS now
@@ -18,7 +23,7 @@ batch AS (
         ord integer, id uuid, type_name text, chain_type_name text, chain_id uuid, chain_index integer,
         input jsonb, dedup_key text, dedup_scope text, dedup_window double precision, dedup_exclude jsonb,
         scheduled_at timestamptz, delay double precision, blockers jsonb,
-        trace_context jsonb, chain_trace_context jsonb
+        trace_context jsonb, chain_trace_context jsonb, runs_after boolean
     )
 ),
 leaders AS (
@@ -66,7 +71,7 @@ matches AS MATERIALIZED (
               AND (
                   l.dedup_scope = 'any'
                   OR (SELECT c.status FROM {job} AS c WHERE c.chain_id = k.id ORDER BY c.chain_index DESC LIMIT 1)
-                     <> 'completed'
+                     NOT IN ('completed', 'failed', 'cancelled')
               )
             ORDER BY k.deduplication_key, k.created_at DESC
             FETCH FIRST 1 ROW WITH TIES
@@ -107,10 +112,11 @@ blocker_state AS (
         d.chain_id,
         last.id AS last_id,
         last.status AS last_status,
+        last.chain_type_name AS last_type_name,
         EXISTS (SELECT 1 FROM to_insert AS t WHERE t.chain_id IS NULL AND t.id = d.chain_id) AS in_batch
     FROM (SELECT DISTINCT w.chain_id FROM wanted_blockers AS w) AS d
     LEFT JOIN LATERAL (
-        SELECT c.id, c.status
+        SELECT c.id, c.status, c.chain_type_name
         FROM {job} AS c
         WHERE c.chain_id = d.chain_id
         ORDER BY c.chain_index DESC
@@ -119,14 +125,35 @@ blocker_state AS (
     ) AS last ON true
 ),
 open_blockers AS (
+    -- Open: not completed, or (runs_after_failed_blockers) not terminal at all.
     SELECT
         w.ord,
         count(*) AS open_count,
-        array_agg(w.chain_id::text ORDER BY w.pos) AS chain_ids
+        -- Reported as incomplete: the blocker chains not terminal (a failed one is not waited for).
+        array_agg(w.chain_id::text ORDER BY w.pos) FILTER (
+            WHERE s.in_batch OR s.last_status NOT IN ('completed', 'failed', 'cancelled')
+        ) AS chain_ids
     FROM wanted_blockers AS w
+    JOIN to_insert AS t ON t.ord = w.ord
     JOIN blocker_state AS s ON s.chain_id = w.chain_id
-    WHERE s.in_batch OR s.last_status IS DISTINCT FROM 'completed'
+    WHERE s.in_batch
+       OR s.last_status IS NULL
+       OR (s.last_status <> 'completed' AND NOT COALESCE(t.runs_after, false))
+       OR s.last_status NOT IN ('completed', 'failed', 'cancelled')
     GROUP BY w.ord
+),
+failed_blockers AS (
+    -- The first blocker chain (declared order) already failed or cancelled, for a job that does
+    -- not run after failed blockers: the job is created failed by it.
+    SELECT DISTINCT ON (w.ord)
+        w.ord, w.chain_id, s.last_status, s.last_type_name
+    FROM wanted_blockers AS w
+    JOIN to_insert AS t ON t.ord = w.ord
+    JOIN blocker_state AS s ON s.chain_id = w.chain_id
+    WHERE NOT s.in_batch
+      AND s.last_status IN ('failed', 'cancelled')
+      AND NOT COALESCE(t.runs_after, false)
+    ORDER BY w.ord, w.pos
 ),
 problems AS (
     -- A blocker's last job was completed after this statement's snapshot (the lock read above
@@ -136,7 +163,8 @@ problems AS (
     SELECT 'stale:' || s.chain_id::text AS problem
     FROM blocker_state AS s
     JOIN {job} AS seen ON seen.id = s.last_id
-    WHERE s.last_status = 'completed' AND seen.status <> 'completed'
+    WHERE s.last_status IN ('completed', 'failed', 'cancelled')
+      AND seen.status NOT IN ('completed', 'failed', 'cancelled')
     UNION ALL
     SELECT 'blocker_chain_not_found:' || s.chain_id::text
     FROM blocker_state AS s
@@ -152,26 +180,52 @@ new_rows AS (
     SELECT
         t.ord, t.id, COALESCE(t.chain_id, t.id) AS chain_id, t.type_name, t.chain_type_name,
         CASE WHEN t.chain_id IS NULL THEN 0 ELSE t.chain_index END AS chain_index,
-        CASE WHEN COALESCE(o.open_count, 0) > 0 THEN 'blocked' ELSE 'pending' END::{job_status} AS status,
+        CASE
+            WHEN f.chain_id IS NOT NULL THEN 'failed'
+            WHEN COALESCE(o.open_count, 0) > 0 THEN 'blocked'
+            ELSE 'pending'
+        END::{job_status} AS status,
         t.input, clock.now AS created_at,
         GREATEST(
             COALESCE(t.scheduled_at, clock.now + make_interval(secs => COALESCE(t.delay, 0))),
             clock.now
         ) AS scheduled_at,
         t.dedup_key, t.trace_context, t.chain_trace_context,
-        COALESCE(o.open_count, 0)::integer AS open_blocker_count
+        COALESCE(o.open_count, 0)::integer AS open_blocker_count,
+        COALESCE(t.runs_after, false) AS runs_after,
+        CASE WHEN f.chain_id IS NOT NULL THEN clock.now END AS failed_at,
+        f.chain_id AS failed_by_chain_id,
+        f.cause AS last_attempt_error,
+        CASE WHEN f.chain_id IS NOT NULL THEN jsonb_build_array(jsonb_build_object(
+            'attempt', 0,
+            'worker_id', NULL,
+            'error_type', CASE WHEN f.last_status = 'failed' THEN 'BlockerChainFailed'
+                               ELSE 'BlockerChainCancelled' END,
+            'message', f.cause,
+            'traceback', NULL,
+            'at', to_char(clock.now AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.US"+00:00"')
+        )) END AS attempt_errors
     FROM to_insert AS t
     CROSS JOIN clock
     LEFT JOIN open_blockers AS o ON o.ord = t.ord
+    LEFT JOIN LATERAL (
+        SELECT fb.chain_id, fb.last_status,
+               'blocker chain ' || fb.chain_id::text || ' (' || fb.last_type_name || ') '
+               || CASE WHEN fb.last_status = 'failed' THEN 'failed' ELSE 'was cancelled' END AS cause
+        FROM failed_blockers AS fb
+        WHERE fb.ord = t.ord
+    ) AS f ON true
     WHERE NOT EXISTS (SELECT 1 FROM problems)
 ),
 new_roots AS (
     INSERT INTO {job} (
         id, chain_id, type_name, chain_type_name, chain_index, status, input, created_at, scheduled_at,
-        deduplication_key, trace_context, chain_trace_context, open_blocker_count
+        deduplication_key, trace_context, chain_trace_context, open_blocker_count,
+        runs_after_failed_blockers, failed_at, failed_by_chain_id, last_attempt_error, attempt_errors
     )
     SELECT id, chain_id, type_name, chain_type_name, chain_index, status, input, created_at, scheduled_at,
-           dedup_key, trace_context, chain_trace_context, open_blocker_count
+           dedup_key, trace_context, chain_trace_context, open_blocker_count,
+           runs_after, failed_at, failed_by_chain_id, last_attempt_error, attempt_errors
     FROM new_rows
     WHERE new_rows.chain_index = 0
     ORDER BY new_rows.ord
@@ -180,10 +234,12 @@ new_roots AS (
 new_steps AS (
     INSERT INTO {job} AS j (
         id, chain_id, type_name, chain_type_name, chain_index, status, input, created_at, scheduled_at,
-        deduplication_key, trace_context, chain_trace_context, open_blocker_count
+        deduplication_key, trace_context, chain_trace_context, open_blocker_count,
+        runs_after_failed_blockers, failed_at, failed_by_chain_id, last_attempt_error, attempt_errors
     )
     SELECT id, chain_id, type_name, chain_type_name, chain_index, status, input, created_at, scheduled_at,
-           dedup_key, trace_context, chain_trace_context, open_blocker_count
+           dedup_key, trace_context, chain_trace_context, open_blocker_count,
+           runs_after, failed_at, failed_by_chain_id, last_attempt_error, attempt_errors
     FROM new_rows
     WHERE new_rows.chain_index > 0
     ORDER BY new_rows.ord

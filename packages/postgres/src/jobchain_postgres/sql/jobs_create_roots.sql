@@ -12,16 +12,17 @@ WITH clock AS (
 inserted AS (
     INSERT INTO {job} (
         id, chain_id, type_name, chain_type_name, chain_index, status, input, created_at, scheduled_at,
-        trace_context, chain_trace_context
+        trace_context, chain_trace_context, runs_after_failed_blockers
     )
     SELECT
         x.id, x.id, x.type_name, x.chain_type_name, 0, 'pending', x.input, clock.now,
         GREATEST(COALESCE(x.scheduled_at, clock.now + make_interval(secs => COALESCE(x.delay, 0))), clock.now),
-        x.trace_context, x.chain_trace_context
+        x.trace_context, x.chain_trace_context, COALESCE(x.runs_after, false)
     FROM clock
     CROSS JOIN jsonb_to_recordset(%(jobs)s::jsonb) AS x(
         ord integer, id uuid, type_name text, chain_type_name text, input jsonb,
-        scheduled_at timestamptz, delay double precision, trace_context jsonb, chain_trace_context jsonb
+        scheduled_at timestamptz, delay double precision, trace_context jsonb, chain_trace_context jsonb,
+        runs_after boolean
     )
     ORDER BY x.ord
     RETURNING id, type_name, created_at, scheduled_at

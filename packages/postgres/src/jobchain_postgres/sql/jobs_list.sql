@@ -1,5 +1,6 @@
 -- jobs_list: jobs by created_at then id, filtered and keyset-paginated (limit + 1 rows).
--- Plan: job_listing_idx, job_listing_status_idx or job_listing_type_name_idx by filter.
+-- Plan: job_listing_idx, job_listing_status_idx or job_listing_type_name_idx by filter; the error
+-- type is a filter on the rows those yield (dead letters: status failed narrows them first).
 SELECT j.*
 FROM {job} AS j
 WHERE (%(type_names)s::text[] IS NULL OR j.type_name = ANY (%(type_names)s::text[]))
@@ -7,6 +8,9 @@ WHERE (%(type_names)s::text[] IS NULL OR j.type_name = ANY (%(type_names)s::text
   AND (%(chain_ids)s::uuid[] IS NULL OR j.chain_id = ANY (%(chain_ids)s::uuid[]))
   AND (%(job_ids)s::uuid[] IS NULL OR j.id = ANY (%(job_ids)s::uuid[]))
   AND (%(statuses)s::text[] IS NULL OR j.status::text = ANY (%(statuses)s::text[]))
+  -- The type of the last entry of the error history (dead letters by error).
+  AND (%(error_types)s::text[] IS NULL
+       OR j.attempt_errors -> -1 ->> 'error_type' = ANY (%(error_types)s::text[]))
   AND (%(created_from)s::timestamptz IS NULL OR j.created_at >= %(created_from)s::timestamptz)
   AND (%(created_to)s::timestamptz IS NULL OR j.created_at <= %(created_to)s::timestamptz)
   AND (%(after_at)s::timestamptz IS NULL

@@ -9,7 +9,8 @@
 -- worker_alive_idx, FOR UPDATE SKIP LOCKED, so two heartbeats never both take one worker (the
 -- later one's recheck finds it dead already). The dead workers' jobs: job_expired_lease_idx
 -- (running jobs only), read only when a worker was found dead; FOR UPDATE SKIP LOCKED, so a job
--- whose row another transaction holds is left to its lease expiry. Next expiry: one probe of
+-- whose row another transaction holds, or that an atomic attempt holds (job_hold), is left to its
+-- lease expiry. Each released job appends an AttemptAbandoned entry to its error history. Next expiry: one probe of
 -- job_expired_lease_idx per type (LATERAL), skipping the caller's own jobs. Prune: skips rows
 -- locked elsewhere and the rows this statement marks dead (their jobs are released first).
 -- Result: one row per released job with the scalars repeated, or one row whose job columns are
@@ -67,6 +68,8 @@ abandoned AS (
     WHERE j.status = 'running'
       AND j.leased_until IS NOT NULL
       AND j.leased_by IN (SELECT marked.id FROM marked)
+      -- Not held by an atomic attempt (job_hold): its transaction is alive, so is its worker.
+      AND pg_try_advisory_xact_lock_shared(hashtextextended(j.id::text, 1717))
     FOR UPDATE OF j SKIP LOCKED
 ),
 released AS (
@@ -78,6 +81,23 @@ released AS (
         rescued_at = COALESCE(%(now)s::timestamptz, statement_timestamp()),
         rescued_from = j.leased_by,
         rescue_reason = 'worker_dead',
+        attempt_errors = (
+            SELECT jsonb_agg(e.entry ORDER BY e.n)
+            FROM jsonb_array_elements(
+                COALESCE(j.attempt_errors, '[]'::jsonb) || jsonb_build_array(jsonb_build_object(
+                    'attempt', j.attempt,
+                    'worker_id', j.leased_by,
+                    'error_type', 'AttemptAbandoned',
+                    'message', 'attempt abandoned: worker ' || j.leased_by || ' stopped heartbeating and was presumed dead',
+                    'traceback', NULL,
+                    'at', to_char(
+                        COALESCE(%(now)s::timestamptz, statement_timestamp()) AT TIME ZONE 'UTC',
+                        'YYYY-MM-DD"T"HH24:MI:SS.US"+00:00"'
+                    )
+                ))
+            ) WITH ORDINALITY AS e(entry, n)
+            WHERE e.n > jsonb_array_length(COALESCE(j.attempt_errors, '[]'::jsonb)) + 1 - %(kept)s::integer
+        ),
         last_attempt_error = 'attempt abandoned: worker ' || j.leased_by
             || ' stopped heartbeating and was presumed dead'
     FROM abandoned

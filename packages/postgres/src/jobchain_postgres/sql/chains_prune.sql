@@ -1,0 +1,116 @@
+-- chains_prune: retention. Delete up to :limit terminal chains that finished before the cutoff of
+-- their status (NULL: keep that status), oldest finish first, with every job and blocker row, as
+-- chains_delete does. One caller at a time: a transaction-level advisory lock keyed on the schema
+-- and prefix (:key), tried without waiting; when another transaction holds it, _got is false and
+-- nothing is read or deleted. A candidate that blocks a job of a chain that is not a candidate is
+-- skipped before the limit applies (it never crowds out others); within the batch, a chain that
+-- blocks a job outside it, directly or through other chains of the batch (stuck), is kept for a
+-- later batch. :locks_before also deletes deduplication lock rows last used before it (up to :limit).
+-- Plan: job_listing_status_idx per status, bounded by created_at < cutoff (a job is created before
+-- it finishes), so the scan covers the rows old enough to qualify, not every finished job;
+-- job_chain_index_idx for the continuation check; job_blocker_chain_idx for the references. The
+-- doomed rows are locked FOR UPDATE in ctid order, as chains_delete locks them.
+WITH RECURSIVE
+lock AS MATERIALIZED (
+    SELECT pg_try_advisory_xact_lock(hashtextextended(%(key)s::text, 0)) AS got
+),
+candidates AS MATERIALIZED (
+    SELECT j.chain_id, j.chain_type_name, 'completed' AS status, j.completed_at AS finished_at
+    FROM {job} AS j
+    WHERE (SELECT lock.got FROM lock)
+      AND %(completed_before)s::timestamptz IS NOT NULL
+      AND j.status = 'completed'
+      AND j.created_at < %(completed_before)s::timestamptz
+      AND j.completed_at < %(completed_before)s::timestamptz
+      AND NOT EXISTS (
+          SELECT 1 FROM {job} AS n WHERE n.chain_id = j.chain_id AND n.chain_index = j.chain_index + 1
+      )
+    UNION ALL
+    SELECT j.chain_id, j.chain_type_name, 'failed', j.failed_at
+    FROM {job} AS j
+    WHERE (SELECT lock.got FROM lock)
+      AND %(failed_before)s::timestamptz IS NOT NULL
+      AND j.status = 'failed'
+      AND j.created_at < %(failed_before)s::timestamptz
+      AND j.failed_at < %(failed_before)s::timestamptz
+    UNION ALL
+    SELECT j.chain_id, j.chain_type_name, 'cancelled', j.cancelled_at
+    FROM {job} AS j
+    WHERE (SELECT lock.got FROM lock)
+      AND %(cancelled_before)s::timestamptz IS NOT NULL
+      AND j.status = 'cancelled'
+      AND j.created_at < %(cancelled_before)s::timestamptz
+      AND j.cancelled_at < %(cancelled_before)s::timestamptz
+),
+batch AS MATERIALIZED (
+    SELECT c.chain_id, c.chain_type_name, c.status, c.finished_at
+    FROM candidates AS c
+    WHERE NOT EXISTS (
+        SELECT 1
+        FROM {job_blocker} AS b
+        JOIN {job} AS d ON d.id = b.job_id
+        WHERE b.blocked_by_chain_id = c.chain_id
+          AND d.chain_id NOT IN (SELECT candidates.chain_id FROM candidates)
+    )
+    ORDER BY c.finished_at, c.chain_id
+    LIMIT %(limit)s
+),
+stuck (chain_id) AS (
+    SELECT t.chain_id
+    FROM batch AS t
+    WHERE EXISTS (
+        SELECT 1
+        FROM {job_blocker} AS b
+        JOIN {job} AS d ON d.id = b.job_id
+        WHERE b.blocked_by_chain_id = t.chain_id
+          AND d.chain_id NOT IN (SELECT batch.chain_id FROM batch)
+    )
+    UNION
+    SELECT b.blocked_by_chain_id
+    FROM stuck AS s
+    JOIN {job} AS d ON d.chain_id = s.chain_id
+    JOIN {job_blocker} AS b ON b.job_id = d.id
+    WHERE b.blocked_by_chain_id IN (SELECT batch.chain_id FROM batch)
+),
+doomed_chains AS MATERIALIZED (
+    SELECT t.* FROM batch AS t WHERE t.chain_id NOT IN (SELECT stuck.chain_id FROM stuck)
+),
+doomed AS (
+    SELECT j.id
+    FROM {job} AS j
+    WHERE j.chain_id IN (SELECT doomed_chains.chain_id FROM doomed_chains)
+    ORDER BY j.ctid
+    FOR UPDATE
+),
+gone_blockers AS (
+    DELETE FROM {job_blocker} AS b
+    USING doomed
+    WHERE b.job_id = doomed.id
+),
+gone AS (
+    DELETE FROM {job} AS j
+    USING doomed
+    WHERE j.id = doomed.id
+    RETURNING j.id
+),
+gone_locks AS (
+    DELETE FROM {deduplication_lock} AS k
+    WHERE k.ctid IN (
+        SELECT x.ctid
+        FROM {deduplication_lock} AS x
+        WHERE (SELECT lock.got FROM lock)
+          AND %(locks_before)s::timestamptz IS NOT NULL
+          AND x.last_started_at < %(locks_before)s::timestamptz
+        LIMIT %(limit)s
+        FOR UPDATE SKIP LOCKED
+    )
+)
+SELECT
+    (SELECT lock.got FROM lock) AS _got,
+    (SELECT count(*) FROM gone) AS _jobs,
+    d.chain_id::text AS _chain_id,
+    d.chain_type_name AS _type_name,
+    d.status AS _status
+FROM (SELECT 1) AS one
+LEFT JOIN doomed_chains AS d ON true
+ORDER BY d.finished_at, d.chain_id
