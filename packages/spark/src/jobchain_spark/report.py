@@ -289,9 +289,7 @@ def build_report(
         "timing": _timing(jobs, done, period).toPandas(),
         "attempts": attempts.toPandas(),
         "errors": top_errors(jobs).toPandas(),
-        "dead_letters": dead_letters(
-            jobs, signature_udf()(sf.col("last_attempt_error"))["error_type"]
-        ).toPandas(),
+        "dead_letters": dead_letters(jobs, signature_udf()(sf.col("last_attempt_error"))).toPandas(),
         "cancellations": cancellations(jobs, period).toPandas(),
         "blocker_failures": blocker_failures(jobs, chains).toPandas(),
         "chains_by_status": by_status.toPandas(),

@@ -25,6 +25,8 @@ from jobchain_spark.tables import ATTEMPT_ERRORS_SCHEMA
 if TYPE_CHECKING:
     from pyspark.sql import Column, DataFrame
 
+MAX_ERROR: Final = 200
+"""Characters of an error message shown in a table (the stored history keeps 2,000)."""
 DELETED: Final = "(deleted)"
 """The blocker chain type and status shown for a blocker chain in neither the live tables nor
 the archive."""
@@ -46,20 +48,22 @@ def last_entry(field: str) -> Column:
     return sf.when(sf.size(entries) > 0, sf.element_at(entries, -1)[field])
 
 
-def dead_letters(jobs: DataFrame, signature_type: Column) -> DataFrame:
+def dead_letters(jobs: DataFrame, signature: Column) -> DataFrame:
     """Failed jobs per job type and error type (see module doc).
 
-    ``signature_type`` is the exception type parsed from ``last_attempt_error``, used for a job
-    without an error history. Columns: ``type_name``, ``error_type``, ``jobs``,
+    ``signature`` is ``struct<error_type, error>`` parsed from ``last_attempt_error``, used for
+    a job without an error history. Columns: ``type_name``, ``error_type``, ``jobs``,
     ``by_blocker`` (failed because a blocker chain failed or was cancelled), ``retried``
     (more than one attempt used), ``first_failed_at``, ``last_failed_at``, ``last_error``
-    (the message of the latest such failure).
+    (the latest such failure's message, its first line, at most 200 characters; for a job
+    without a history, the exception line of its stored error).
     """
     from pyspark.sql import functions as sf
 
     failed = jobs.where(sf.col("status") == "failed")
-    message = sf.coalesce(last_entry("message"), sf.col("last_attempt_error"))
-    error_type = sf.coalesce(last_entry("error_type"), signature_type, sf.lit(""))
+    first_line = sf.substring(sf.substring_index(last_entry("message"), "\n", 1), 1, MAX_ERROR)
+    message = sf.coalesce(first_line, signature["error"])
+    error_type = sf.coalesce(last_entry("error_type"), signature["error_type"], sf.lit(""))
     used = sf.col("attempt") - sf.coalesce(sf.col("attempt_base"), sf.lit(0))
     return (
         failed.select(
