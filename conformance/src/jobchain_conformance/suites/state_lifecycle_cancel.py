@@ -151,6 +151,12 @@ class ChainsCancelTests:
         assert sorted(result.not_found) == sorted([missing, step.id])  # a continuation's id is no chain id
         assert await get_job(state_adapter, job.id) == job
 
+    async def test_an_empty_request_cancels_nothing(self, state_adapter: StateAdapter, now: datetime) -> None:
+        job = await start(state_adapter, now=now)
+        result = await cancel(state_adapter, [], now=now)
+        assert (result.cancelled, result.not_found, result.not_cancellable) == ([], [], [])
+        assert await get_job(state_adapter, job.id) == job
+
     async def test_finished_chains_refuse_the_whole_request_with_their_statuses(
         self, state_adapter: StateAdapter, now: datetime
     ) -> None:

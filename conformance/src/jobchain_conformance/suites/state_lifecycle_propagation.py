@@ -169,6 +169,20 @@ class PropagationTests:
         await fail(state_adapter, bad.id, now=now)
         assert (await get_job(state_adapter, job.id)).status is JobStatus.FAILED
 
+    async def test_finished_dependents_stay_finished_when_their_other_blocker_completes(
+        self, state_adapter: StateAdapter, now: datetime
+    ) -> None:
+        good = await start(state_adapter, now=now, type_name="good")
+        bad = await start(state_adapter, now=now, type_name="bad")
+        failed = await dependent(state_adapter, now, good, bad, type_name="failed")
+        cancelled = await dependent(state_adapter, now, good, type_name="cancelled")
+        await fail(state_adapter, bad.id, now=now)
+        await cancel(state_adapter, [cancelled.id], now=now)
+        before = [await get_job(state_adapter, job.id) for job in (failed, cancelled)]
+        completed = await complete(state_adapter, good.id, now=now + SECOND)
+        assert completed.unblocked_jobs == []
+        assert [await get_job(state_adapter, job.id) for job in (failed, cancelled)] == before
+
     async def test_a_job_created_against_a_failed_blocker_is_failed_at_once(
         self, state_adapter: StateAdapter, now: datetime
     ) -> None:

@@ -185,6 +185,12 @@ class RetryRefusalTests:
         assert await get_job(state_adapter, failed.id) == failed
         assert await get_job(state_adapter, pending.id) == pending
 
+    async def test_an_empty_request_retries_nothing(self, state_adapter: StateAdapter, now: datetime) -> None:
+        failed = await exhausted(state_adapter, now)
+        result = await retry(state_adapter, [], now=now)
+        assert (result.retried, result.reblocked, result.not_found, result.not_retryable) == ([], [], [], [])
+        assert await get_job(state_adapter, failed.id) == failed
+
     async def test_a_job_failed_by_a_still_failed_blocker_is_refused_naming_it(
         self, state_adapter: StateAdapter, now: datetime
     ) -> None:
