@@ -5,17 +5,66 @@ from __future__ import annotations
 import asyncio
 import importlib
 import logging
+import math
 import signal
 import sys
 from collections.abc import Callable, Coroutine, Sequence
+from datetime import timedelta
 from typing import Any
 
 import click
 
 from jobchain.cli_common import NOTIFY_URL_HELP, STATE_URL_HELP
 from jobchain.errors import InvalidArgumentError, JobchainError, SchemaNotMigratedError
-from jobchain.job_types import JobTypes
+from jobchain.job_types import UNSET, JobTypes, MaxAttempts
 from jobchain.worker.processors import Processors
+from jobchain.worker.retention import Retention
+
+DURATION_UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
+
+
+def parse_duration(text: str, option: str) -> timedelta:
+    """``30`` (seconds), ``45s``, ``30m``, ``12h`` or ``7d`` as a positive timedelta."""
+    value = text.strip().lower()
+    scale = DURATION_UNITS.get(value[-1:])
+    number = value[:-1] if scale is not None else value
+    try:
+        seconds = float(number) * (scale or 1)
+    except ValueError:
+        raise InvalidArgumentError(
+            f"{option} must be a duration such as 45s, 30m, 12h or 7d, got {text!r}"
+        ) from None
+    if not math.isfinite(seconds) or seconds <= 0:
+        raise InvalidArgumentError(f"{option} must be a positive duration, got {text!r}")
+    return timedelta(seconds=seconds)
+
+
+def parse_max_attempts(text: str | None) -> MaxAttempts:
+    """``--max-attempts``: a positive integer, or ``unlimited``; absent: the library default."""
+    if text is None:
+        return UNSET
+    if text.strip().lower() in ("unlimited", "none"):
+        return None
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if value < 1:
+        raise InvalidArgumentError(f"--max-attempts must be a positive integer or 'unlimited', got {text!r}")
+    return value
+
+
+def retention_from_options(
+    completed: str | None, failed: str | None, cancelled: str | None
+) -> Retention | None:
+    """The worker's retention from ``--retain-*`` options (None when none is given)."""
+    if completed is None and failed is None and cancelled is None:
+        return None
+    return Retention(
+        completed=parse_duration(completed, "--retain-completed") if completed else None,
+        failed=parse_duration(failed, "--retain-failed") if failed else None,
+        cancelled=parse_duration(cancelled, "--retain-cancelled") if cancelled else None,
+    )
 
 
 def load_object(target: str) -> tuple[Any, Any]:
@@ -102,6 +151,9 @@ async def run_worker(
     migrate: bool = False,
     heartbeat_interval: float | None = None,
     missed_heartbeats: int | None = None,
+    max_attempts: MaxAttempts = UNSET,
+    handler_timeout: float | None = None,
+    retention: Retention | None = None,
 ) -> None:
     """Run a worker until SIGINT/SIGTERM, or until it stops on its own error (raised here).
 
@@ -132,6 +184,9 @@ async def run_worker(
             concurrency=concurrency,
             prefetch=prefetch,
             poll_interval=poll_interval,
+            max_attempts=max_attempts,
+            timeout=handler_timeout,
+            retention=retention,
             **liveness,
         )
         await worker.start()
@@ -213,6 +268,26 @@ GENERIC_HINT = "run `jobchain migrate --state URL` (or `await adapter.migrate()`
     type=click.IntRange(min=2),
     help="Heartbeats missed before the worker is presumed dead and its jobs released [default: 3].",
 )
+@click.option(
+    "--max-attempts",
+    default=None,
+    help="Attempts a job may use before it fails, or 'unlimited', for types that set none [default: 25].",
+)
+@click.option(
+    "--timeout",
+    default=None,
+    type=click.FloatRange(min=0.001),
+    help="Handler deadline in seconds for types that set none [default: none].",
+)
+@click.option(
+    "--retain-completed", default=None, help="Delete completed chains this old (e.g. 7d; default: keep)."
+)
+@click.option(
+    "--retain-failed", default=None, help="Delete failed chains this old (e.g. 90d; default: keep)."
+)
+@click.option(
+    "--retain-cancelled", default=None, help="Delete cancelled chains this old (e.g. 30d; default: keep)."
+)
 @click.option("--log-level", default="INFO", show_default=True)
 @click.option(
     "--migrate",
@@ -232,6 +307,11 @@ def worker_command(
     poll_interval: float,
     heartbeat_interval: float | None,
     missed_heartbeats: int | None,
+    max_attempts: str | None,
+    timeout: float | None,
+    retain_completed: str | None,
+    retain_failed: str | None,
+    retain_cancelled: str | None,
     log_level: str,
     migrate: bool,
 ) -> None:
@@ -241,6 +321,8 @@ def worker_command(
         obj, module = load_object(target)
         slices = processor_slices(obj, target)
         job_types = find_job_types(module, job_types_target)
+        attempts = parse_max_attempts(max_attempts)
+        retention = retention_from_options(retain_completed, retain_failed, retain_cancelled)
         run_on_loop(
             lambda: run_worker(
                 slices,
@@ -254,6 +336,9 @@ def worker_command(
                 migrate=migrate,
                 heartbeat_interval=heartbeat_interval,
                 missed_heartbeats=missed_heartbeats,
+                max_attempts=attempts,
+                handler_timeout=timeout,
+                retention=retention,
             ),
             loop_name,
         )

@@ -20,10 +20,9 @@ import random
 from collections.abc import Sequence
 from contextlib import AbstractAsyncContextManager
 from datetime import timedelta
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from jobchain.contracts import (
-    Event,
     JobNextAvailable,
     JobsAcquire,
     RunsOperationsAlone,
@@ -36,6 +35,7 @@ from jobchain.job_types import UNSET, MaxAttempts, validate_max_attempts, valida
 from jobchain.worker.backoff import DEFAULT_RECOVERY_BACKOFF, Backoff, LeaseConfig
 from jobchain.worker.completer import CompletionGroups
 from jobchain.worker.connections import reserve_connections
+from jobchain.worker.emitter import WorkerEvents
 from jobchain.worker.event_log import EventLog
 from jobchain.worker.heartbeat import (
     DEFAULT_HEARTBEAT_INTERVAL,
@@ -63,7 +63,7 @@ if TYPE_CHECKING:
 log = logging.getLogger("jobchain.worker")
 
 
-class Worker:
+class Worker(WorkerEvents):
     """Processes the job types of its processor slices with ``concurrency`` slots.
 
     ``async with Worker(...)`` starts it and stops it gracefully on exit; or call
@@ -401,34 +401,6 @@ class Worker:
     def _heartbeat_fatal(self, error: BaseException) -> None:
         self._fatal = error
         self._wake.set()
-
-    # ------------------------------------------------------------------ events
-
-    def _on_attempt_event(self, name: str, job: Job, attributes: dict[str, Any]) -> None:
-        if not self.client.observers and not self._events.enabled_for(name):
-            return  # nobody reads it: skip building it (this runs several times per job)
-        self._emit(
-            name,
-            {
-                "job.id": job.id,
-                "job.type": job.type_name,
-                "chain.id": job.chain_id,
-                "job.attempt": job.attempt,
-            }
-            | attributes,
-        )
-
-    def _emit(self, name: str, attributes: dict[str, Any], /, *, log_line: bool = True) -> None:
-        if log_line:
-            self._events.log(name, attributes)
-        if not self.client.observers:
-            return
-        event = Event(name=name, attributes={"worker.id": self.worker_id} | attributes)
-        for observer in self.client.observers:
-            try:
-                observer.on_event(event)
-            except Exception:
-                log.exception("observer %r failed", observer)
 
 
 def _retrieve(task: asyncio.Task[None]) -> None:
