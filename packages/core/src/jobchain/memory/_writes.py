@@ -5,8 +5,9 @@ It reads through the transaction's view and locks every row it changes. When it 
 row another open transaction holds, it raises :class:`Blocked`; the caller then undoes the
 attempt, waits for that transaction to end and runs the attempt again, so the attempt that
 finally succeeds ran with every lock it needed (PostgreSQL's ``FOR UPDATE`` wait).
-Acquisition skips locked rows instead (``SKIP LOCKED``); reaping and the worker registry
-live in ``_workers``.
+Acquisition skips locked (and held) rows instead (``SKIP LOCKED``); reaping and the worker
+registry live in ``_workers``, fail/cancel/retry and propagation in ``_lifecycle``, deletion
+and retention in ``_deletion``.
 """
 
 from __future__ import annotations
