@@ -1,0 +1,187 @@
+"""Lifecycle statements on PostgreSQL: the atomic hold against reapers and cancels, and the plans
+of the new statements (EXPLAIN, never timings)."""
+
+from __future__ import annotations
+
+import asyncio
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import pytest
+from psycopg import sql
+
+from jobchain.contracts import (
+    ChainsCancel,
+    JobComplete,
+    JobFail,
+    JobGet,
+    JobsAcquire,
+    JobsCreate,
+    JobsList,
+    JobsReapExpired,
+    NewJob,
+    WorkerHeartbeat,
+)
+from jobchain.entities import JobStatus, WorkerState, new_id
+from jobchain.errors import JobCancelledError
+from jobchain_postgres import PostgresStateAdapter
+from jobchain_postgres.options import Claim
+from jobchain_postgres.queries import Queries
+
+from .conftest import open_state
+from .test_migrations import plan
+
+NOW = datetime(2030, 1, 1, tzinfo=UTC)
+LEASE = timedelta(seconds=30)
+
+
+def _new(type_name: str = "t", **fields: Any) -> NewJob:
+    return NewJob(id=new_id(), type_name=type_name, chain_type_name=type_name, **fields)
+
+
+async def _running(adapter: PostgresStateAdapter, worker: str = "w") -> str:
+    job = _new()
+    async with adapter.transaction() as tx:
+        await tx.jobs_create(JobsCreate(jobs=[job], now=NOW))
+        claimed = await tx.jobs_acquire(
+            JobsAcquire(type_names=["t"], worker_id=worker, lease_for=LEASE, now=NOW)
+        )
+    assert [j.id for j in claimed.jobs] == [job.id]
+    return job.id
+
+
+@pytest.mark.parametrize("claim", ["skip-locked", "atomic-update"])
+async def test_an_atomic_attempts_held_job_is_neither_reaped_nor_released_until_it_ends(
+    postgres_url: str, schema_name: str, claim: Claim
+) -> None:
+    adapter = await open_state(postgres_url, schema_name, claim)
+    try:
+        job_id = await _running(adapter, worker="gone")
+        late = NOW + timedelta(hours=1)
+        reap = JobsReapExpired(type_names=["t"], limit=5, now=late)
+        beat = WorkerHeartbeat(
+            worker_id="alive",
+            name="a",
+            host="h",
+            pid=1,
+            version="v",
+            type_names=["t"],
+            concurrency=1,
+            inflight=0,
+            state=WorkerState.RUNNING,
+            alive_for=LEASE,
+            release_dead=True,
+            now=late,
+        )
+        async with adapter.transaction() as tx:  # the dead worker, known to the registry
+            await tx.worker_heartbeat(
+                WorkerHeartbeat(
+                    worker_id="gone",
+                    name="g",
+                    host="h",
+                    pid=2,
+                    version="v",
+                    type_names=["t"],
+                    concurrency=1,
+                    inflight=1,
+                    state=WorkerState.RUNNING,
+                    alive_for=LEASE,
+                    now=NOW,
+                )
+            )
+        async with adapter.transaction() as holder:  # the attempt's transaction
+            assert (await holder.job_get(JobGet(job_id=job_id, lock=True))) is not None
+            async with adapter.transaction() as tx:
+                assert await asyncio.wait_for(tx.jobs_reap_expired(reap), 10) == []
+            async with adapter.transaction() as tx:
+                released = await asyncio.wait_for(tx.worker_heartbeat(beat), 10)
+            assert released.released_jobs == []
+        async with adapter.transaction() as tx:  # the hold ended with its transaction
+            assert [j.id for j in await tx.jobs_reap_expired(reap)] == [job_id]
+    finally:
+        await adapter.close()
+
+
+@pytest.mark.parametrize("claim", ["skip-locked", "atomic-update"])
+async def test_a_cancel_commits_beside_a_held_attempt_whose_completion_is_then_refused(
+    postgres_url: str, schema_name: str, claim: Claim
+) -> None:
+    adapter = await open_state(postgres_url, schema_name, claim)
+    try:
+        job_id = await _running(adapter)
+        async with adapter.transaction() as holder:
+            held = await holder.job_get(JobGet(job_id=job_id, lock=True))
+            assert held is not None
+            async with adapter.transaction() as tx:
+                cancelled = await asyncio.wait_for(
+                    tx.chains_cancel(ChainsCancel(chain_ids=[job_id], now=NOW)), 10
+                )
+            assert cancelled.running_job_ids == [job_id]
+            with pytest.raises(JobCancelledError):
+                await holder.job_complete(
+                    JobComplete(job_id=job_id, worker_id="w", lease_generation=held.lease_generation, now=NOW)
+                )
+        async with adapter.transaction(read_only=True) as tx:
+            stored = await tx.job_get(JobGet(job_id=job_id))
+        assert stored is not None
+        assert stored.status is JobStatus.CANCELLED
+    finally:
+        await adapter.close()
+
+
+@pytest.fixture
+async def seeded(pg_state: PostgresStateAdapter) -> PostgresStateAdapter:
+    blockers = [_new(f"type{n % 5}") for n in range(100)]
+    dependents = [_new("dep", blocker_chain_ids=[b.id]) for b in blockers]
+    async with pg_state.transaction() as tx:
+        await tx.jobs_create(JobsCreate(jobs=blockers + dependents, now=NOW))
+        await tx.connection.execute(
+            sql.SQL("ANALYZE {}, {}").format(
+                sql.Identifier(pg_state.options.schema, "jobchain_job"),
+                sql.Identifier(pg_state.options.schema, "jobchain_job_blocker"),
+            )
+        )
+    return pg_state
+
+
+async def test_propagation_follows_the_blocker_index(seeded: PostgresStateAdapter) -> None:
+    q = Queries(seeded.options.schema, "jobchain_")
+    text = await plan(seeded, q.jobs_propagate, {"now": NOW, "kept": 10})
+    assert "jobchain_job_blocker_chain_idx" in text
+
+
+async def test_retry_follows_dependents_through_the_blocker_index(seeded: PostgresStateAdapter) -> None:
+    q = Queries(seeded.options.schema, "jobchain_")
+    params = {"job_ids": [new_id()], "scheduled_at": None, "delay": None, "now": NOW}
+    assert "jobchain_job_blocker_chain_idx" in await plan(seeded, q.jobs_retry, params)
+
+
+async def test_cancel_reads_each_chains_last_job_off_the_chain_index(seeded: PostgresStateAdapter) -> None:
+    q = Queries(seeded.options.schema, "jobchain_")
+    params = {"chain_ids": [new_id()], "reason": None, "now": NOW}
+    assert "jobchain_job_chain_index_idx" in await plan(seeded, q.chains_cancel, params)
+
+
+async def test_prune_scans_old_finished_jobs_through_the_status_index(seeded: PostgresStateAdapter) -> None:
+    # A live queue: most jobs open, some finished in each terminal status.
+    async with seeded.transaction() as tx:
+        page = await tx.jobs_list(JobsList(type_names=["type1", "type2", "type3"], limit=60))
+        ids = [job.id for job in page.items]
+        for job_id in ids[:20]:
+            await tx.job_complete(JobComplete(job_id=job_id, now=NOW))
+        for job_id in ids[20:30]:
+            await tx.job_fail(JobFail(job_id=job_id, error="e", now=NOW))
+        await tx.chains_cancel(ChainsCancel(chain_ids=ids[30:40], now=NOW))
+        await tx.connection.execute(
+            sql.SQL("ANALYZE {}").format(sql.Identifier(seeded.options.schema, "jobchain_job"))
+        )
+    q = Queries(seeded.options.schema, "jobchain_")
+    params = {
+        "key": "k",
+        "completed_before": NOW + timedelta(days=1),
+        "failed_before": NOW + timedelta(days=1),
+        "cancelled_before": NOW + timedelta(days=1),
+        "locks_before": None,
+        "limit": 10,
+    }
+    assert "jobchain_job_listing_status_idx" in await plan(seeded, q.chains_prune, params)
