@@ -4,7 +4,6 @@ publishing after a failure, quiet cancellation, retention."""
 from __future__ import annotations
 
 import asyncio
-import logging
 import math
 from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime, timedelta
@@ -26,15 +25,13 @@ from jobchain import (
     Retention,
     Schedule,
 )
-from jobchain.contracts import ChainsPrune, ChainsPruned, Event
-from jobchain.memory.notify import MemoryNotifyAdapter
+from jobchain.contracts import Event
 from jobchain.memory.state import MemoryStateAdapter
 from jobchain.worker import AbortReason, AbortSignal, Attempt, Backoff, Completed, Processors, Worker
 from jobchain.worker.abort import AttemptAbortedError
 from jobchain.worker.backoff import DEFAULT_BACKOFF, DEFAULT_LEASE
 from jobchain.worker.deadline import Deadline
 from jobchain.worker.failures import RELEASED_ERROR, attempt_error_of, fail_reason, over_limit
-from jobchain.worker.retention import Pruner
 from jobchain.worker.runner import AttemptSettings
 from jobchain.worker.settings import WorkerSettings, resolve_max_attempts
 
@@ -328,165 +325,3 @@ async def test_an_unfinished_return_after_the_deadline_is_a_timeout() -> None:
         await asyncio.sleep(0.05)
 
     await finished.run(completed_then_waited(), lambda: False)  # committed before: kept
-
-
-# ---------------------------------------------------------------- a worker over the in-process adapters
-
-
-async def test_a_failure_publishes_every_finished_chain_and_the_unblocked_dependents() -> None:
-    types = JobTypes()
-    source = types.define("src", input=None, output=None, entry=True)
-    dependent = types.define("dep", input=None, output=None, entry=True)
-    tolerant = types.define("tol", input=None, output=None, entry=True, runs_after_failed_blockers=True)
-    procs = Processors()
-
-    @procs.handler(source)
-    async def fail(attempt: Attempt[None, None]) -> Completed:
-        raise FailJob("broken")
-
-    notify = MemoryNotifyAdapter()
-    observed = Recorder()
-    client = Client(MemoryStateAdapter(), notify, types, observers=[observed])
-    async with client.transaction() as tx:
-        head = (await client.start_chain(tx, source, None, schedule=Schedule(after=timedelta(hours=1)))).chain
-        dep = (await client.start_chain(tx, dependent, None, blockers=[head])).chain
-        tol = (await client.start_chain(tx, tolerant, None, blockers=[head])).chain
-    finished: list[str] = []
-    scheduled: list[str] = []
-    for chain_id in (head.id, dep.id):
-        await notify.listen_chain_completed(chain_id, finished.append)
-    await notify.listen_job_scheduled(["tol"], scheduled.append)
-    async with Worker(client, procs, retry=ZERO, poll_interval=0.05):
-        async with client.transaction() as tx:
-            await client.trigger_job(tx, head.id)
-
-        async def failed() -> bool:
-            return len(finished) == 2 and bool(scheduled)
-
-        await wait_until(failed, "both chains to finish and the tolerant job to be scheduled")
-    assert sorted(finished) == sorted([head.id, dep.id])
-    assert scheduled == ["tol"]
-    assert (await client.get_job(tol.id)) is not None
-    final = [e for e in observed.named("job_attempt_failed") if e.attributes.get("final")]
-    assert [e.attributes["reason"] for e in final] == ["fail_job"]
-    assert {e.attributes["job_id"] for e in observed.named("job_failed")} == {head.id, dep.id}
-
-
-async def test_a_cancelled_attempt_stops_quietly(caplog: pytest.LogCaptureFixture) -> None:
-    types = JobTypes()
-    job_type = types.define("quiet", input=None, output=None, entry=True)
-    procs = Processors()
-    running = asyncio.Event()
-    reasons: list[AbortReason] = []
-
-    @procs.handler(job_type)
-    async def handle(attempt: Attempt[None, None]) -> Completed:
-        await attempt.prepare("staged")
-        running.set()
-        async with asyncio.timeout(BOUND):
-            reasons.append(await attempt.signal.wait())
-        return await attempt.complete(None)
-
-    observed = Recorder()
-    client = Client(MemoryStateAdapter(), MemoryNotifyAdapter(), types, observers=[observed])
-    async with client.transaction() as tx:
-        started = (await client.start_chain(tx, job_type, None)).chain
-    caplog.set_level(logging.INFO, logger="jobchain")
-    worker = Worker(client, procs, retry=ZERO, poll_interval=0.05)
-    async with worker:
-        async with asyncio.timeout(BOUND):
-            await running.wait()
-        async with client.transaction() as tx:
-            await client.cancel_chain(tx, started.id, reason="stop")
-
-        async def ended() -> bool:
-            return bool(reasons) and not worker.inflight_job_ids
-
-        await wait_until(ended, "the attempt to end")
-    assert reasons == [AbortReason.CANCELLED]
-    assert [e.name for e in observed.events if e.name.startswith("job_attempt_")][
-        -1
-    ] == "job_attempt_cancelled"
-    noisy = [r for r in caplog.records if r.levelno >= logging.WARNING and r.name.startswith("jobchain")]
-    assert noisy == []
-    job = await client.get_job(started.id)
-    assert job is not None
-    assert job.status is JobStatus.CANCELLED
-
-
-class PruneScript(MemoryStateAdapter):
-    """Answers ``chains_prune`` from a script of results; records each request."""
-
-    def __init__(self, results: list[ChainsPruned]) -> None:
-        super().__init__()
-        self.results = results
-        self.requests: list[ChainsPrune] = []
-
-    def transaction(self, *, read_only: bool = False, connection: object | None = None) -> Any:
-        opened = super().transaction(read_only=read_only, connection=connection)
-        script = self
-
-        class Wrapped:
-            async def __aenter__(self) -> Any:
-                tx = await opened.__aenter__()
-
-                async def chains_prune(params: ChainsPrune) -> ChainsPruned:
-                    script.requests.append(params)
-                    return script.results.pop(0)
-
-                tx.chains_prune = chains_prune  # type: ignore[method-assign]
-                return tx
-
-            async def __aexit__(self, *exc: Any) -> Any:
-                return await opened.__aexit__(*exc)
-
-        return Wrapped()
-
-
-def _pruned(*statuses: str) -> ChainsPruned:
-    from jobchain.contracts import PrunedChain
-
-    return ChainsPruned(
-        chains=[PrunedChain(id=f"c{i}", type_name="t", status=status) for i, status in enumerate(statuses)]
-    )
-
-
-async def test_a_prune_run_deletes_bounded_batches_and_reports_them() -> None:
-    state = PruneScript(
-        [_pruned("completed", "completed"), _pruned("completed", "cancelled"), _pruned("failed")]
-    )
-    client = Client(state, None, JobTypes(), clock=lambda: NOW)
-    emitted: list[tuple[str, dict[str, Any]]] = []
-
-    def emit(name: str, attributes: dict[str, Any], /, *, log_line: bool = True) -> None:
-        emitted.append((name, attributes))
-
-    retention = Retention(completed=timedelta(days=1), failed=timedelta(days=2), batch_size=2, max_batches=2)
-    pruner = Pruner(client, retention, "w", emit=emit, recovery=ZERO)
-    pruned = await pruner.prune()
-    assert len(pruned) == 4  # two full batches; the third waits for the next run
-    assert [r.completed_before for r in state.requests] == [NOW - timedelta(days=1)] * 2
-    assert state.requests[0].failed_before == NOW - timedelta(days=2)
-    assert state.requests[0].cancelled_before is None
-    assert emitted == [
-        (
-            "chains_pruned",
-            {"count": 4, "by_status": {"completed": 3, "cancelled": 1}, "by_type": {"t": 4}},
-        )
-    ]
-
-
-async def test_a_busy_prune_deletes_nothing_and_reports_nothing() -> None:
-    state = PruneScript([ChainsPruned(busy=True)])
-    client = Client(state, None, JobTypes(), clock=lambda: NOW)
-    emitted: list[str] = []
-    pruner = Pruner(
-        client,
-        Retention(completed=timedelta(days=1)),
-        "w",
-        emit=lambda name, attributes, /, *, log_line=True: emitted.append(name),
-        recovery=ZERO,
-    )
-    assert await pruner.prune() == []
-    assert len(state.requests) == 1
-    assert emitted == []

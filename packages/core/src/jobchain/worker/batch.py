@@ -22,6 +22,7 @@ from jobchain.contracts import JobRenewLease
 from jobchain.entities import Job
 from jobchain.errors import JobchainError
 from jobchain.worker.abort import AbortReason, AbortSignal
+from jobchain.worker.deadline import Deadline
 from jobchain.worker.failures import fail_over_limit, over_limit, record_failure
 from jobchain.worker.ownership import OWNERSHIP_LOSSES, reason_for_error
 from jobchain.worker.runner import AttemptSettings
@@ -119,7 +120,7 @@ class BatchRunner:
         self.attempt = batch
         renewal = asyncio.create_task(self._renew_forever(batch))
         try:
-            outputs = await self._call(batch)
+            outputs = await self._call_in_time(batch)
         except asyncio.CancelledError:
             raise
         except BaseException as error:
@@ -131,6 +132,19 @@ class BatchRunner:
             renewal.cancel()
             await asyncio.gather(renewal, return_exceptions=True)
         await self._finish(jobs, outputs)
+
+    async def _call_in_time(self, batch: Batch[Any, Any]) -> list[Any]:
+        """The handler's outputs; past the type's ``timeout`` the whole batch times out."""
+        timeout = self.settings.timeout
+        if timeout is None:
+            return await self._call(batch)
+        outputs: list[list[Any]] = []
+
+        async def call() -> None:
+            outputs.append(await self._call(batch))
+
+        await Deadline(batch.jobs[0].id, timeout, batch.signal).run(call(), lambda: True)
+        return outputs[0]
 
     async def _call(self, batch: Batch[Any, Any]) -> list[Any]:
         handler = self.processor.handler

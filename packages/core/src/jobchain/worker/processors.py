@@ -147,12 +147,14 @@ class Processors:
         retry: Backoff | None = None,
         lease: LeaseConfig | None = None,
         max_attempts: MaxAttempts = UNSET,
+        timeout: timedelta | float | None = None,
     ) -> None:
         """Handle ``job_type`` many jobs at a time: ``handler(batch)`` returns one output per job.
 
         An exception in a job's place reschedules that job alone (or fails it, once its
         attempts are used up or for ``FailJob`` and the type's ``fail_on``); a handler that
-        raises does so for every job of the batch. See :class:`jobchain.worker.Batch`.
+        raises does so for every job of the batch, and so does one that runs past its
+        ``timeout`` (the whole call's deadline). See :class:`jobchain.worker.Batch`.
         """
         if job_type.name in self._by_type:
             raise DuplicateJobTypeError([job_type.name])
@@ -165,7 +167,7 @@ class Processors:
                 f"middleware wraps one attempt at a time; register the batch handler for "
                 f"{job_type.name!r} in a Processors() slice without middleware"
             )
-        limit, _ = self._limits(job_type.name, max_attempts, None)
+        limit, deadline = self._limits(job_type.name, max_attempts, timeout)
         self._by_type[job_type.name] = Processor(
             job_type=job_type,
             handler=handler,
@@ -175,6 +177,7 @@ class Processors:
             lease=lease,
             max_batch=max_batch,
             max_attempts=limit,
+            timeout=deadline,
         )
 
     def batch_handler(
@@ -185,12 +188,19 @@ class Processors:
         retry: Backoff | None = None,
         lease: LeaseConfig | None = None,
         max_attempts: MaxAttempts = UNSET,
+        timeout: timedelta | float | None = None,
     ) -> Callable[[Callable[[Batch[I, O]], Any]], Callable[[Batch[I, O]], Any]]:
         """Decorator form of :meth:`register_batch`."""
 
         def decorate(fn: Callable[[Batch[I, O]], Any]) -> Callable[[Batch[I, O]], Any]:
             self.register_batch(
-                job_type, fn, max_batch=max_batch, retry=retry, lease=lease, max_attempts=max_attempts
+                job_type,
+                fn,
+                max_batch=max_batch,
+                retry=retry,
+                lease=lease,
+                max_attempts=max_attempts,
+                timeout=timeout,
             )
             return fn
 
