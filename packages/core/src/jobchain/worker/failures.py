@@ -6,7 +6,9 @@ the job at once (``job_fail``, in the same operation that records the error) whe
 * the handler raised :class:`~jobchain.errors.FailJob`, or an exception type listed in its
   job type's ``fail_on``;
 * the job used its last attempt: ``job.attempts_used >= max_attempts`` (attempts since its
-  last retry; ``max_attempts=None`` never fails it that way).
+  last retry; ``max_attempts=None`` never fails it that way). Every claim uses an attempt,
+  so a handler's ``RescheduleJobError`` and a timed-out attempt count too: a type that
+  reschedules itself often wants a higher limit, or ``None``.
 
 Either way the attempt's error joins the job's error history as an
 :class:`~jobchain.entities.AttemptError` (attempt, worker, error type, message, traceback

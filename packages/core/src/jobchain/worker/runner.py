@@ -101,10 +101,10 @@ class AttemptRunner:
 
     async def run(self) -> None:
         """Run the attempt to its end; never raises except on cancellation."""
-        self.on_event("job_attempt_started", self.job, {})
         if over_limit(self.job, self.settings):
             await fail_over_limit(self.client, self.job, self.worker_id, self.settings, self.on_event)
             return
+        self.on_event("job_attempt_started", self.job, {})
         try:
             attempt: Attempt[Any, Any] = Attempt(self.client, self.processor, self.job, self.worker_id)
         except Exception as error:  # stored input no longer matches the type: retry later
