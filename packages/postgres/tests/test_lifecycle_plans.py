@@ -19,6 +19,7 @@ from jobchain.contracts import (
     JobsCreate,
     JobsList,
     JobsReapExpired,
+    JobsRetry,
     NewJob,
     WorkerHeartbeat,
 )
@@ -185,3 +186,21 @@ async def test_prune_scans_old_finished_jobs_through_the_status_index(seeded: Po
         "limit": 10,
     }
     assert "jobchain_job_listing_status_idx" in await plan(seeded, q.chains_prune, params)
+
+
+async def test_an_id_that_is_no_uuid_refuses_a_whole_cancel_or_retry(pg_state: PostgresStateAdapter) -> None:
+    open_job, failed_job = _new(), _new()
+    async with pg_state.transaction() as tx:
+        await tx.jobs_create(JobsCreate(jobs=[open_job, failed_job], now=NOW))
+        await tx.job_fail(JobFail(job_id=failed_job.id, error="e", now=NOW))
+    async with pg_state.transaction() as tx:
+        cancelled = await tx.chains_cancel(
+            ChainsCancel(chain_ids=["nope", open_job.id, failed_job.id], now=NOW)
+        )
+        retried = await tx.jobs_retry(JobsRetry(job_ids=[failed_job.id, "nope"], now=NOW))
+    async with pg_state.transaction(read_only=True) as tx:
+        statuses = [(await tx.job_get(JobGet(job_id=j.id))) for j in (open_job, failed_job)]
+    assert (cancelled.cancelled, cancelled.not_found) == ([], ["nope"])
+    assert cancelled.not_cancellable == [(failed_job.id, "failed")]
+    assert (retried.retried, retried.not_found) == ([], ["nope"])
+    assert [job.status for job in statuses if job is not None] == [JobStatus.PENDING, JobStatus.FAILED]

@@ -140,14 +140,16 @@ class LifecycleMixin:
         if not requested:
             return ChainsCancelled()
         valid = {chain_id: uuid_or_none(chain_id) for chain_id in requested}
-        if None in valid.values():
-            return ChainsCancelled(not_found=[c for c, v in valid.items() if v is None])
         chain_ids = sorted({v for v in valid.values() if v is not None})
+        refuse = None in valid.values()
         now = check_now(params.now)
         decided, failed, unblocked = await self._propagated(
             [
                 (self._q.chains_cancel_lock, {"chain_ids": chain_ids}),
-                (self._q.chains_cancel, {"chain_ids": chain_ids, "reason": params.reason, "now": now}),
+                (
+                    self._q.chains_cancel,
+                    {"chain_ids": chain_ids, "reason": params.reason, "refuse": refuse, "now": now},
+                ),
             ],
             now,
         )
@@ -159,9 +161,10 @@ class LifecycleMixin:
         running: list[str] = []
         leased_by: dict[str, str] = {}
         for chain_id in requested:
-            row = by_chain[valid[chain_id]]
-            status = shape.scalar(row, "_status")
-            if not shape.scalar(row, "_found") or status is None:
+            key = valid[chain_id]
+            row = by_chain.get(key) if key is not None else None
+            status = None if row is None else shape.scalar(row, "_status")
+            if row is None or not shape.scalar(row, "_found") or status is None:
                 not_found.append(chain_id)
             elif status in ("completed", "failed", "cancelled"):
                 not_cancellable.append((chain_id, status))
@@ -198,6 +201,7 @@ class LifecycleMixin:
                 "job_ids": job_ids,
                 "scheduled_at": None if schedule is None else schedule.at,
                 "delay": None if schedule is None else schedule.after,
+                "refuse": None in valid.values(),
                 "now": check_now(params.now),
             },
             write=True,

@@ -29,6 +29,7 @@ cancelled AS (
     FROM state AS s, clock
     WHERE j.id = s.last_id
       AND j.status IN ('blocked', 'pending', 'running')
+      AND NOT %(refuse)s::boolean  -- an id that is no UUID was refused before this statement
       AND NOT EXISTS (
           SELECT 1 FROM state AS x WHERE NOT x.found OR x.status IN ('completed', 'failed', 'cancelled')
       )

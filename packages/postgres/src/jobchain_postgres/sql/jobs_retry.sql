@@ -108,6 +108,8 @@ blocked_by AS (
     ORDER BY q.job_id, s.chain_id IS DISTINCT FROM q.failed_by_chain_id, s.idx
 ),
 refused AS (
+    SELECT 1 WHERE %(refuse)s::boolean  -- an id that is no UUID was refused before this statement
+    UNION ALL
     SELECT 1 FROM requested AS q WHERE NOT q.found OR q.status NOT IN ('failed', 'cancelled')
     UNION ALL
     SELECT 1 FROM blocked_by
