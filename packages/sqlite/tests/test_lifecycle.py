@@ -133,7 +133,7 @@ class TestPropagation:
         assert failed.previous_leased_by == "w1"
         by_id = {job.id: job for job in failed.failed_jobs}
         assert set(by_id) == {b, c, d, e}
-        assert {job_id: job.failed_by_chain_id for job_id, job in by_id.items()} == {b: a, c: b, d: c, e: a}
+        assert {job_id: job.failed_by_chain_id for job_id, job in by_id.items()} == {b: a, c: b, d: c, e: c}
         assert by_id[b].last_attempt_error == f"blocker chain {a} (t) failed"
         [entry] = by_id[b].attempt_errors
         assert (entry.error_type, entry.worker_id, entry.attempt, entry.at) == (
@@ -182,7 +182,7 @@ class TestPropagation:
         await create(adapter, a1)
         async with adapter.transaction() as tx:
             result = await tx.chains_cancel(ChainsCancel(chain_ids=[z], now=at(1)))
-        assert {job.id: job.failed_by_chain_id for job in result.failed_jobs} == {b: z, a1.id: b}
+        assert {job.id: job.failed_by_chain_id for job in result.failed_jobs} == {b: a, a1.id: b}
 
     async def test_runs_after_failed_blockers_waits_for_every_blocker_to_finish(
         self, adapter: SqliteStateAdapter

@@ -29,6 +29,7 @@ from jobchain.contracts.state import JobCreated, JobsCreate, NewJob
 from jobchain.entities import CANONICAL_ID, Job, JobStatus, JsonValue, utcnow, validate_id
 from jobchain.errors import ChainNotFoundError, DuplicateJobIdError, InvalidArgumentError, JobchainError
 from jobchain_sqlite.context import TxContext
+from jobchain_sqlite.create_lifecycle import decide_blockers, failed_at_insert, write_extras
 from jobchain_sqlite.errors import is_constraint_violation
 from jobchain_sqlite.rows import dump_json, fmt_time, job_from_row, json_list, parse_time
 
@@ -42,6 +43,7 @@ class _Lookup:
     roots: set[str] = field(default_factory=set)
     dedup: dict[int, Job] = field(default_factory=dict)
     blocker_status: dict[str, JobStatus] = field(default_factory=dict)
+    blocker_type: dict[str, str] = field(default_factory=dict)
 
 
 def _validate(jobs: list[NewJob]) -> bool:
@@ -111,6 +113,7 @@ async def _lookup(ctx: TxContext, jobs: list[NewJob], now: datetime) -> _Lookup:
             found.dedup[row["i"]] = job_from_row(row)
         else:
             found.blocker_status[row["chain_id"]] = JobStatus(row["status"])
+            found.blocker_type[row["chain_id"]] = row["chain_type_name"]
     return found
 
 
@@ -250,23 +253,15 @@ async def _create(ctx: TxContext, jobs: list[NewJob], now: datetime) -> list[Job
             raise DuplicateJobIdError(job.id)
         inserted[job.id] = i
 
-    new_chain_ids = {job_id for job_id, i in inserted.items() if jobs[i].chain_id is None}
+    decisions = decide_blockers(jobs, inserted, found.blocker_status, found.blocker_type)
     now_text = fmt_time(now)
     rows: list[list[Any]] = []
     blocker_rows: list[dict[str, Any]] = []
-    incomplete: dict[int, tuple[str, ...]] = {}
     for job_id, i in inserted.items():
         job = jobs[i]
         blockers = list(dict.fromkeys(job.blocker_chain_ids))
-        for chain_id in blockers:
-            if chain_id not in found.blocker_status and chain_id not in new_chain_ids:
-                raise ChainNotFoundError(chain_id)
-        resolved = _RESOLVED_AFTER_FAILURE if job.runs_after_failed_blockers else _RESOLVED
-        incomplete[i] = tuple(
-            c for c in blockers if c in new_chain_ids or found.blocker_status.get(c) not in resolved
-        )
         blocker_rows.extend({"job_id": job_id, "chain_id": c, "idx": n} for n, c in enumerate(blockers))
-        rows.append(_insert_item(job, now, now_text, blocked=bool(incomplete[i])))
+        rows.append(_insert_item(job, now, now_text, status=decisions[i].status))
 
     if rows:
         await ctx.fetch(
@@ -275,17 +270,17 @@ async def _create(ctx: TxContext, jobs: list[NewJob], now: datetime) -> list[Job
             job_ids=list(inserted),
         )
         created_at = parse_time(now_text)
+        new_jobs: list[Job] = []
         for item, i in zip(rows, inserted.values(), strict=True):
-            results[i] = JobCreated(
-                job=_inserted_job(jobs[i], item, created_at, now_text),
-                incomplete_blocker_chain_ids=incomplete[i],
-            )
+            new_job = _inserted_job(jobs[i], item, created_at, now_text)
+            failed_by = decisions[i].failed_by
+            if failed_by is not None:
+                new_job = failed_at_insert(new_job, failed_by, now)
+            new_jobs.append(new_job)
+            results[i] = JobCreated(job=new_job, incomplete_blocker_chain_ids=decisions[i].incomplete)
+        await write_extras(ctx, new_jobs)
     if blocker_rows:
         await ctx.fetch(ctx.q.job_blockers_add, {"blockers": json.dumps(blocker_rows, separators=(",", ":"))})
-    flagged = [job_id for job_id, i in inserted.items() if jobs[i].runs_after_failed_blockers]
-    if flagged:
-        # A separate statement, so the insert of every other batch stays as it was.
-        await ctx.fetch(ctx.q.jobs_runs_after_set, {"job_ids": json_list(flagged)})
 
     for i, target in same_as.items():
         earlier = results[target]
@@ -309,7 +304,7 @@ def _dump_items(items: list[list[Any]]) -> str:
         return json.dumps(items, separators=(",", ":"))
 
 
-def _insert_item(job: NewJob, now: datetime, now_text: str, *, blocked: bool) -> list[Any]:
+def _insert_item(job: NewJob, now: datetime, now_text: str, *, status: str) -> list[Any]:
     """The values jobs_create.sql inserts for ``job``, in its item order."""
     dedup = job.deduplication  # stored on continuations too; only roots are matched
     return [
@@ -318,7 +313,7 @@ def _insert_item(job: NewJob, now: datetime, now_text: str, *, blocked: bool) ->
         job.chain_id or job.id,
         job.chain_type_name,
         job.chain_index,
-        "blocked" if blocked else "pending",
+        status,
         dump_json(job.input, f"input of job {job.id}"),
         now_text if job.schedule is None else fmt_time(job.schedule.resolve(now)),
         dedup.key if dedup else None,
@@ -328,10 +323,6 @@ def _insert_item(job: NewJob, now: datetime, now_text: str, *, blocked: bool) ->
 
 
 _PENDING = JobStatus.PENDING
-_RESOLVED = frozenset({JobStatus.COMPLETED})
-_RESOLVED_AFTER_FAILURE = frozenset({JobStatus.COMPLETED, JobStatus.FAILED, JobStatus.CANCELLED})
-"""A blocker chain in these statuses no longer blocks a new job (one with
-runs_after_failed_blockers: the second set)."""
 _SAME_AFTER_JSON = (str, int, float, bool)  # json.loads(json.dumps(v)) == v, same type
 
 
@@ -354,7 +345,7 @@ def _inserted_job(job: NewJob, item: list[Any], created_at: datetime, now_text: 
         type_name=job.type_name,
         chain_type_name=job.chain_type_name,
         chain_index=job.chain_index,
-        status=JobStatus.BLOCKED if item[5] == "blocked" else JobStatus.PENDING,
+        status=JobStatus(item[5]),
         input=_stored(job.input, item[6]),
         created_at=created_at,
         scheduled_at=created_at if scheduled_text == now_text else parse_time(scheduled_text),

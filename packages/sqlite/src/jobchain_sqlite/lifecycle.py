@@ -178,12 +178,11 @@ async def jobs_retry(ctx: TxContext, params: JobsRetry) -> JobsRetried:
         if job_id in found and found[job_id]["status"] not in _FINISHED
     ]
     blocked_by_failed = [
-        (job_id, found[job_id]["failed_by_chain_id"])
+        (job_id, found[job_id]["bad_blocker"])
         for job_id in ids
         if job_id in found
         and found[job_id]["status"] in _FINISHED
-        and found[job_id]["failed_by_chain_id"] is not None
-        and found[job_id]["blocker_status"] in _FINISHED
+        and found[job_id]["bad_blocker"] is not None
     ]
     if not_found or not_retryable or blocked_by_failed:
         return JobsRetried(
@@ -192,7 +191,9 @@ async def jobs_retry(ctx: TxContext, params: JobsRetry) -> JobsRetried:
     now = params.now or utcnow()
     scheduled_at = now if params.schedule is None else params.schedule.resolve(now)
     rows = await ctx.fetch(ctx.q.jobs_retry, {**args, "scheduled_at": fmt_time(scheduled_at)})
-    jobs = {job.id: job for job in map(job_from_row, rows)}
+    # A dependent that another failed blocker keeps failed is written (it names that
+    # blocker now) but neither retried nor reblocked.
+    jobs = {job.id: job for job in map(job_from_row, rows) if job.status is not JobStatus.FAILED}
     return JobsRetried(
         retried=[jobs[job_id] for job_id in ids],
         reblocked=_by_creation([job for job in jobs.values() if job.id not in found]),

@@ -75,7 +75,7 @@ class Queries:
     jobs_retry: str
     chains_prune: str
     jobs_delete_blockers: str
-    jobs_runs_after_set: str
+    jobs_create_extras: str
     jobs_reap_candidates: str
     jobs_reap_expired: str
     workers_mark_dead: str

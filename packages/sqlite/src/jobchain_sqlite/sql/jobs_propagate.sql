@@ -5,13 +5,12 @@
 --
 -- failing: every blocked job without runs_after_failed_blockers that one of those chains
 -- blocks, and recursively every such job blocked by the chain of a job failing here (a
--- blocked job is its chain's last job, so its chain fails with it). UNION keeps the
--- recursion finite even on a cycle of blockers. level/depth: each failing chain's distance
--- from an origin (breadth first, bounded by the number of edges, so a cycle ends too).
--- cause: one row per failing job, its failing blocker nearest to an origin (the one that
--- failed it first), then the first declared. released: blocked jobs with
--- runs_after_failed_blockers blocked by a chain that became terminal here, whose every
--- blocker chain is now terminal (a chain in `terminal` is, whatever its stored row says).
+-- blocked job is its chain's last job, so its chain fails with it). UNION visits each job
+-- once, so the recursion ends even on a cycle of blockers. ended: the origins and the
+-- chains of the failing jobs. cause: per failing job, the first of its declared blocker
+-- chains that ended here (so the choice never depends on the order of the walk).
+-- released: blocked jobs with runs_after_failed_blockers blocked by a chain that ended
+-- here, whose every blocker chain is now terminal (one in `ended` is, whatever its row says).
 -- plan is MATERIALIZED, so every decision reads the table as it was before this statement.
 --
 -- Failed jobs: status 'failed', failed_at, failed_by_chain_id, a readable last_attempt_error
@@ -22,59 +21,48 @@ WITH RECURSIVE
 origin(chain_id, cause) AS (
     SELECT json_extract(value, '$[0]'), json_extract(value, '$[1]') FROM json_each(:origins)
 ),
-failing(job_id, chain_id, by_chain_id, cause, idx) AS (
-    SELECT j.id, j.chain_id, o.chain_id, o.cause, b.idx
+failing(job_id, chain_id) AS (
+    SELECT j.id, j.chain_id
     FROM origin o
     JOIN {p}job_blocker b ON b.blocked_by_chain_id = o.chain_id
     JOIN {p}job j ON j.id = b.job_id
     WHERE +j.status = 'blocked' AND NOT j.runs_after_failed_blockers
     UNION
-    SELECT j.id, j.chain_id, f.chain_id, 'failed', b.idx
+    SELECT j.id, j.chain_id
     FROM failing f
     JOIN {p}job_blocker b ON b.blocked_by_chain_id = f.chain_id
     JOIN {p}job j ON j.id = b.job_id
     WHERE +j.status = 'blocked' AND NOT j.runs_after_failed_blockers
       AND j.chain_id NOT IN (SELECT chain_id FROM origin)
 ),
-edge(job_id, chain_id, by_chain_id, cause, idx) AS MATERIALIZED (
-    SELECT job_id, chain_id, by_chain_id, cause, idx FROM failing
+doomed(job_id, chain_id) AS MATERIALIZED (
+    SELECT job_id, chain_id FROM failing
 ),
-level(chain_id, depth) AS (
-    SELECT chain_id, 0 FROM origin
+ended(chain_id, cause) AS MATERIALIZED (
+    SELECT chain_id, cause FROM origin
     UNION
-    SELECT e.chain_id, l.depth + 1
-    FROM level l
-    JOIN edge e ON e.by_chain_id = l.chain_id
-    WHERE l.depth < (SELECT COUNT(*) FROM edge)
+    SELECT chain_id, 'failed' FROM doomed
 ),
-depth(chain_id, depth) AS MATERIALIZED (
-    SELECT chain_id, MIN(depth) FROM level GROUP BY chain_id
-),
-cause(job_id, chain_id, by_chain_id, cause) AS MATERIALIZED (
-    -- SQLite takes the bare columns from the row holding the MIN: the blocker nearest to an
-    -- origin, then the first declared.
-    SELECT job_id, chain_id, by_chain_id, cause FROM (
-        SELECT e.job_id, e.chain_id, e.by_chain_id, e.cause, MIN(d.depth * 1048576 + e.idx)
-        FROM edge e
-        JOIN depth d ON d.chain_id = e.by_chain_id
-        GROUP BY e.job_id
+cause(job_id, by_chain_id, cause) AS MATERIALIZED (
+    -- The first declared blocker chain that ended here (never the walk's order).
+    SELECT d.job_id, e.chain_id, e.cause
+    FROM doomed d
+    JOIN ended e ON e.chain_id = (
+        SELECT o.blocked_by_chain_id FROM {p}job_blocker o
+        WHERE o.job_id = d.job_id AND o.blocked_by_chain_id IN (SELECT chain_id FROM ended)
+        ORDER BY o.idx LIMIT 1
     )
-),
-terminal(chain_id) AS MATERIALIZED (
-    SELECT chain_id FROM origin
-    UNION
-    SELECT chain_id FROM cause
 ),
 released(job_id) AS MATERIALIZED (
     SELECT DISTINCT j.id
-    FROM terminal t
+    FROM ended t
     JOIN {p}job_blocker b ON b.blocked_by_chain_id = t.chain_id
     JOIN {p}job j ON j.id = b.job_id
     WHERE +j.status = 'blocked' AND j.runs_after_failed_blockers
       AND NOT EXISTS (
           SELECT 1 FROM {p}job_blocker o
           WHERE o.job_id = j.id
-            AND o.blocked_by_chain_id NOT IN (SELECT chain_id FROM terminal)
+            AND o.blocked_by_chain_id NOT IN (SELECT chain_id FROM ended)
             AND (SELECT l.status FROM {p}job l
                  WHERE l.chain_id = o.blocked_by_chain_id
                  ORDER BY l.chain_index DESC LIMIT 1) NOT IN ('completed', 'failed', 'cancelled')
