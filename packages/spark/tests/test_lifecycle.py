@@ -48,6 +48,7 @@ from jobchain_spark.report import build_report
 pytestmark = [pytest.mark.spark, pytest.mark.timeout(900)]
 
 T0 = sparkkit.T0
+OLD_ID = "01900000-0000-7000-8000-000000000001"
 H_ERROR = "Traceback (most recent call last):\n  File \"app.py\", line 3, in resize\nKeyError: 'img'"
 
 
@@ -209,23 +210,59 @@ def test_the_rescue_record_is_read(spark: Any, sqlite_url: str) -> None:
     assert (entry["error_type"], entry["attempt"], entry["worker_id"]) == ("AttemptAbandoned", 1, "w1")
 
 
-def test_a_schema_older_than_the_lifecycle_is_refused_with_a_typed_error(spark: Any, tmp_path: Path) -> None:
+def _migrate_sqlite_to(path: Path, last: str) -> None:
+    """Apply jobchain-sqlite's migrations up to ``last`` by hand, as an older version did."""
+    from jobchain_sqlite.queries import MIGRATIONS, migration_statements, queries
+
+    q = queries("jobchain_")
+    with sqlite3.connect(path) as conn:
+        conn.execute(q.migration_table_create)
+        for name in MIGRATIONS[: MIGRATIONS.index(last) + 1]:
+            for statement in migration_statements(name, "jobchain_"):
+                conn.execute(statement)
+            conn.execute(q.migration_record, {"name": name, "applied_at": "2024-01-01T00:00:00.000000Z"})
+    conn.close()
+
+
+def test_a_schema_older_than_the_lifecycle_is_refused_until_migrated(spark: Any, tmp_path: Path) -> None:
     path = tmp_path / "old.db"
     url = f"sqlite:///{path}"
-    asyncio.run(sparkkit.migrate(url))
-    with sqlite3.connect(path) as conn:  # as a database before 0005_job_lifecycle lacks them
-        conn.execute("ALTER TABLE jobchain_job DROP COLUMN cancel_reason")
-        conn.execute("ALTER TABLE jobchain_job DROP COLUMN failed_by_chain_id")
-    with pytest.raises(
-        SchemaVersionError, match=r"lacks column\(s\) cancel_reason, failed_by_chain_id"
-    ) as err:
+    _migrate_sqlite_to(path, "0004_worker_registry")
+    with sqlite3.connect(path) as conn:  # a row written by the previous version
+        conn.execute(
+            "INSERT INTO jobchain_job (id, type_name, chain_id, chain_type_name, chain_index, status, "
+            "created_at, scheduled_at) VALUES (?, 'resize', ?, 'resize', 0, 'pending', ?, ?)",
+            [OLD_ID, OLD_ID, "2024-03-01T00:00:00.000000Z", "2024-03-01T00:00:00.000000Z"],
+        )
+    conn.close()
+    lifecycle = (
+        "attempt_errors",
+        "attempt_base",
+        "failed_at",
+        "cancelled_at",
+        "cancel_reason",
+        "failed_by_chain_id",
+        "runs_after_failed_blockers",
+    )
+    with pytest.raises(SchemaVersionError, match=r"lacks column\(s\) attempt_errors, attempt_base") as err:
         read_table(spark, url)
-    assert err.value.missing == ("cancel_reason", "failed_by_chain_id")
+    assert err.value.missing == lifecycle
     assert "0005_job_lifecycle" in str(err.value)
     assert "jobchain migrate --state URL" in str(err.value)
     # The data source itself refuses it when Spark plans the read, with the same message.
     with pytest.raises(Exception, match="SchemaVersionError"):
         spark.read.format("jobchain").option("url", url).load().collect()
+
+    asyncio.run(sparkkit.migrate(url))  # the upgrade: the row reads with the lifecycle defaults
+    [row] = read_table(spark, url, partitions=1).collect()
+    assert (row["id"], row["status"], row["attempt_base"], row["attempt_errors"]) == (
+        OLD_ID,
+        "pending",
+        0,
+        None,
+    )
+    assert row["runs_after_failed_blockers"] is False
+
     empty = tmp_path / "empty.db"
     sqlite3.connect(empty).close()
     with pytest.raises(SchemaVersionError, match="no job table 'jobchain_job'"):
