@@ -4,8 +4,10 @@ retention, and the query plans of the new statements."""
 
 from __future__ import annotations
 
+import asyncio
 import sqlite3
 from collections.abc import Awaitable, Callable, Mapping, Sequence
+from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -216,6 +218,27 @@ class TestPropagation:
         job = await get(adapter, opt_in)
         assert job.status is JobStatus.PENDING
         assert job.runs_after_failed_blockers
+
+    async def test_a_batch_fails_dependents_of_its_own_chains_failed_at_insert(
+        self, adapter: SqliteStateAdapter
+    ) -> None:
+        [gone] = await create(adapter, chain())
+        async with adapter.transaction() as tx:
+            await tx.chains_cancel(ChainsCancel(chain_ids=[gone], now=at(1)))
+        # The dependent comes first in the batch, its blocker (failed at insert) second.
+        first = chain("first")
+        dependent = chain(blockers=[first.id])
+        opt_in = chain(blockers=[first.id], runs_after=True)
+        first_in_batch = replace(first, blocker_chain_ids=(gone,))
+        async with adapter.transaction() as tx:
+            created = await tx.jobs_create(JobsCreate(jobs=[dependent, opt_in, first_in_batch], now=at(2)))
+        by_id = {c.job.id: c for c in created}
+        assert by_id[first.id].job.last_attempt_error == f"blocker chain {gone} (t) was cancelled"
+        assert by_id[dependent.id].job.last_attempt_error == f"blocker chain {first.id} (first) failed"
+        assert by_id[opt_in.id].job.status is JobStatus.PENDING
+        for job_id, c in by_id.items():
+            assert await get(adapter, job_id) == c.job
+        assert [c.incomplete_blocker_chain_ids for c in created] == [(), (), ()]
 
 
 class TestFencing:
@@ -490,3 +513,52 @@ class TestPlans:
         plan = self.plan(db_path, queries("jobchain_").chains_prune, params)
         assert "jobchain_job_failed_idx" in plan
         assert "jobchain_job_cancelled_idx" in plan
+
+
+class TestCancelBesideAnAtomicAttempt:
+    """SQLite has one writer: a cancel waits for an atomic attempt's transaction to end."""
+
+    @staticmethod
+    async def cancel_beside_attempt(
+        adapter: SqliteStateAdapter, job: Job, finish: Callable[[StateTx], Awaitable[object]]
+    ) -> Any:
+        async with adapter.transaction() as attempt_tx:
+            held = await attempt_tx.job_get(JobGet(job_id=job.id, lock=True))
+            assert held is not None
+            cancel = asyncio.ensure_future(cancel_in_own_tx(adapter, job.chain_id))
+            for _ in range(20):  # let the cancel run as far as it can: it queues on the writer
+                await asyncio.sleep(0)
+            assert not cancel.done()
+            await finish(attempt_tx)
+        return await cancel
+
+    async def test_the_cancel_waits_then_finds_the_chain_completed(self, adapter: SqliteStateAdapter) -> None:
+        await create(adapter, chain())
+        [job] = await claim(adapter)
+        result = await self.cancel_beside_attempt(
+            adapter,
+            job,
+            lambda tx: tx.job_complete(
+                JobComplete(job_id=job.id, worker_id="w1", lease_generation=job.lease_generation)
+            ),
+        )
+        assert result.cancelled == []
+        assert result.not_cancellable == [(job.chain_id, "completed")]
+
+    async def test_the_cancel_waits_then_cancels_a_rescheduled_job(self, adapter: SqliteStateAdapter) -> None:
+        await create(adapter, chain())
+        [job] = await claim(adapter)
+        result = await self.cancel_beside_attempt(
+            adapter,
+            job,
+            lambda tx: tx.job_reschedule(
+                JobReschedule(job_id=job.id, worker_id="w1", schedule=NOW, error="x")
+            ),
+        )
+        assert [cancelled.id for cancelled in result.cancelled] == [job.id]
+        assert result.running_job_ids == []
+
+
+async def cancel_in_own_tx(adapter: SqliteStateAdapter, chain_id: str) -> Any:
+    async with adapter.transaction() as tx:
+        return await tx.chains_cancel(ChainsCancel(chain_ids=[chain_id]))
