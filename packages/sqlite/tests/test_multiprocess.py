@@ -10,6 +10,7 @@ from pathlib import Path
 from jobchain.contracts import JobsCreate, JobsList, NewJob
 from jobchain.entities import JobStatus, new_id
 from jobchain_sqlite import SqliteOptions, SqliteStateAdapter
+from jobchain_sqlite.queries import MIGRATIONS
 
 WORKER_SCRIPT = Path(__file__).with_name("mp_worker.py")
 PROCESSES = 4
@@ -89,9 +90,5 @@ async def test_concurrent_migrations_from_several_processes_apply_once(db_path: 
     with sqlite3.connect(db_path) as conn:
         names = [row[0] for row in conn.execute("SELECT name FROM jobchain_migration")]
     conn.close()
-    assert names == [
-        "0001_initial",
-        "0002_attempt_start",
-        "0003_drop_listing_status_idx",
-        "0004_worker_registry",
-    ]
+    assert names == list(MIGRATIONS)
+    assert names[-1] == "0005_job_lifecycle"
