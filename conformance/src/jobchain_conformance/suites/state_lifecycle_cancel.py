@@ -231,7 +231,7 @@ class CancelledJobFencingTests:
         await refused(state_adapter, JobCancelledError, op)
         assert await get_job(state_adapter, job.id) == cancelled
 
-    async def test_workerless_completion_reschedule_and_fail_raise_finished(
+    async def test_workerless_writes_to_a_cancelled_job_raise_finished(
         self, state_adapter: StateAdapter, now: datetime
     ) -> None:
         job, cancelled = await self._cancelled_running(state_adapter, now)

@@ -261,7 +261,7 @@ class FailedJobFencingTests:
             await refused(state_adapter, JobTakenByAnotherWorkerError, op)
         assert await get_job(state_adapter, failed.id) == failed
 
-    async def test_workerless_completion_reschedule_and_fail_raise_finished(
+    async def test_workerless_writes_to_a_failed_job_raise_finished(
         self, state_adapter: StateAdapter, now: datetime
     ) -> None:
         failed = await self._failed(state_adapter, now)
