@@ -323,6 +323,7 @@ def _insert_item(job: NewJob, now: datetime, now_text: str, *, status: str) -> l
 
 
 _PENDING = JobStatus.PENDING
+_STATUS_OF = {status.value: status for status in JobStatus}
 _SAME_AFTER_JSON = (str, int, float, bool)  # json.loads(json.dumps(v)) == v, same type
 
 
@@ -345,7 +346,7 @@ def _inserted_job(job: NewJob, item: list[Any], created_at: datetime, now_text: 
         type_name=job.type_name,
         chain_type_name=job.chain_type_name,
         chain_index=job.chain_index,
-        status=JobStatus(item[5]),
+        status=_STATUS_OF[item[5]],
         input=_stored(job.input, item[6]),
         created_at=created_at,
         scheduled_at=created_at if scheduled_text == now_text else parse_time(scheduled_text),
