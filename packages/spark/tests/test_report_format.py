@@ -11,8 +11,8 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from jobchain_spark.report_charts import OTHER, activity_chart, top_types, wants_log
-from jobchain_spark.report_errors import error_signature
+from jobchain_spark.report_charts import OTHER, activity_chart, dead_letters_chart, top_types, wants_log
+from jobchain_spark.report_errors import entry_signature, error_signature
 from jobchain_spark.report_format import (
     count,
     format_count,
@@ -196,3 +196,29 @@ def test_the_activity_chart_groups_small_types_into_other(tmp_path: Path) -> Non
     png = (tmp_path / "activity.png").read_bytes()
     assert png.startswith(b"\x89PNG")
     assert len(png) > 10_000
+
+
+def test_a_history_entry_is_grouped_by_its_type_and_first_line() -> None:
+    assert entry_signature("ValueError", "bad input\nline 2") == ("ValueError", "ValueError: bad input")
+    assert entry_signature("AttemptAbandoned", "") == ("AttemptAbandoned", "AttemptAbandoned")
+    assert entry_signature(None, "  \nplain") == ("", "plain")
+    assert entry_signature("", None) == ("", "(empty error)")
+    assert entry_signature("E", "x" * 500)[1].endswith("…")
+
+
+def test_the_dead_letters_chart_keeps_the_largest_types_and_error_types(tmp_path: Path) -> None:
+    rows = [
+        {"type_name": f"type_{i}", "error_type": f"Error{j}" if j else "", "jobs": (i + 1) * (j + 1)}
+        for i in range(12)
+        for j in range(12)
+    ]
+    types, kinds = dead_letters_chart(pd.DataFrame(rows), tmp_path / "dead.png")
+    assert types == [f"type_{i}" for i in range(11, 2, -1)] + [OTHER]
+    assert kinds == [f"Error{j}" for j in range(11, 2, -1)] + [OTHER]  # "" (no type) is the smallest
+    assert (tmp_path / "dead.png").read_bytes().startswith(b"\x89PNG")
+    assert dead_letters_chart(pd.DataFrame(rows[:2]), tmp_path / "two.png") == (
+        ["type_0"],
+        ["Error1", "(no type)"],
+    )
+    empty = pd.DataFrame(columns=["type_name", "error_type", "jobs"])
+    assert dead_letters_chart(empty, tmp_path / "none.png") == ([], [])

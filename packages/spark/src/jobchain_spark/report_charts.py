@@ -333,10 +333,40 @@ def errors_chart(errors: pd.DataFrame, path: Path) -> None:
         labels = [_short(f"{t}: {e}") for t, e in zip(errors["type_name"], errors["error"], strict=True)]
         ax.barh(labels[::-1], list(errors["jobs"])[::-1], color="#c44e52")
         _count_axis(ax.xaxis, False)
-        ax.set_xlabel("jobs whose last attempt failed with it")
-    ax.set_title("Top errors (pending and running jobs' last attempts)", fontsize="medium")
+        ax.set_xlabel("jobs with a failed attempt of it")
+    ax.set_title("Top errors (failed attempts kept in the jobs' error histories)", fontsize="medium")
     fig.tight_layout()
     _save(fig, path)
+
+
+def dead_letters_chart(letters: pd.DataFrame, path: Path) -> tuple[list[str], list[str]]:
+    """Failed jobs per job type, stacked by error type (top types and error types plus other);
+    returns the job types and error types drawn."""
+    rows = letters["type_name"].nunique() if not letters.empty else 0
+    fig, ax = plt.subplots(figsize=(WIDTH - 4, 1.5 + 0.4 * min(max(rows, 2), TOP_TYPES + 1)))
+    types: list[str] = []
+    order: list[str] = []
+    if letters.empty:
+        _empty(ax, "failed jobs")
+    else:
+        frame = letters.assign(error_type=letters["error_type"].replace("", "(no type)"))
+        keep = top_types(frame.groupby("type_name")["jobs"].sum())
+        kinds = top_types(frame.groupby("error_type")["jobs"].sum())
+        frame = _grouped(_grouped(frame, "type_name", keep), "error_type", kinds)
+        wide = frame.pivot_table(index="type_name", columns="error_type", values="jobs", aggfunc="sum")
+        types = [*keep, OTHER] if OTHER in wide.index else keep
+        wide = wide.fillna(0).reindex(types).iloc[::-1]
+        order = [k for k in kinds if k in wide.columns] + ([OTHER] if OTHER in wide.columns else [])
+        colours = _colour(order)
+        wide[order].plot.barh(ax=ax, stacked=True, legend=False, color=[colours[k] for k in order])
+        _count_axis(ax.xaxis, False)
+        ax.set_xlabel("failed jobs")
+        ax.set_ylabel("")
+        _legend(fig, ax)
+    ax.set_title("Dead letters by job type and error type (linear scale)", fontsize="medium")
+    fig.tight_layout()
+    _save(fig, path)
+    return types, order
 
 
 def _short(label: str, limit: int = 70) -> str:
@@ -350,6 +380,7 @@ __all__ = [
     "activity_chart",
     "attempts_chart",
     "chain_durations_chart",
+    "dead_letters_chart",
     "errors_chart",
     "status_chart",
     "times_chart",

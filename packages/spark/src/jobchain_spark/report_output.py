@@ -18,6 +18,7 @@ from jobchain_spark.report_charts import (
     activity_chart,
     attempts_chart,
     chain_durations_chart,
+    dead_letters_chart,
     errors_chart,
     status_chart,
     times_chart,
@@ -41,6 +42,7 @@ CHARTS: Final = {
     "times": "times.png",
     "attempts": "attempts.png",
     "errors": "errors.png",
+    "dead_letters": "dead_letters.png",
     "chains_by_status": "chains_by_status.png",
     "chain_durations": "chain_durations.png",
 }
@@ -72,6 +74,7 @@ def write_report(report: Report, out: str | Path) -> Path:
     times_chart(t["summary"], charts / CHARTS["times"])
     attempts_chart(t["attempts"], charts / CHARTS["attempts"])
     errors_chart(t["errors"], charts / CHARTS["errors"])
+    dead_letters_chart(t["dead_letters"], charts / CHARTS["dead_letters"])
     status_chart(t["chains_by_status"], charts / CHARTS["chains_by_status"])
     chain_durations_chart(t["chain_durations"], charts / CHARTS["chain_durations"])
     for name, df in t.items():
@@ -262,7 +265,7 @@ def render_html(report: Report) -> str:
             "BlockerChainFailed or BlockerChainCancelled when a blocker chain's end failed them, "
             "AttemptAbandoned when their last attempts were abandoned. Redrive them with "
             "client.retry_job.",
-            None,
+            "dead_letters",
             table("dead_letters", "dead_letters"),
         ),
         _section(
