@@ -204,3 +204,24 @@ async def test_an_id_that_is_no_uuid_refuses_a_whole_cancel_or_retry(pg_state: P
     assert cancelled.not_cancellable == [(failed_job.id, "failed")]
     assert (retried.retried, retried.not_found) == ([], ["nope"])
     assert [job.status for job in statuses if job is not None] == [JobStatus.PENDING, JobStatus.FAILED]
+
+
+async def test_jobs_of_a_batch_blocked_by_a_chain_it_creates_failed_follow_that_chain(
+    pg_state: PostgresStateAdapter,
+) -> None:
+    failed = _new("failed")
+    async with pg_state.transaction() as tx:
+        await tx.jobs_create(JobsCreate(jobs=[failed], now=NOW))
+        await tx.job_fail(JobFail(job_id=failed.id, error="e", now=NOW))
+    first = _new("first", blocker_chain_ids=[failed.id])
+    second = _new("second", blocker_chain_ids=[first.id])
+    opted = _new("opted", blocker_chain_ids=[first.id], runs_after_failed_blockers=True)
+    async with pg_state.transaction() as tx:
+        created = await tx.jobs_create(JobsCreate(jobs=[first, second, opted], now=NOW))
+    async with pg_state.transaction(read_only=True) as tx:
+        stored = [await tx.job_get(JobGet(job_id=job.id)) for job in (first, second, opted)]
+    assert [c.job for c in created] == stored
+    assert [c.job.status for c in created] == [JobStatus.FAILED, JobStatus.FAILED, JobStatus.PENDING]
+    assert [c.job.failed_by_chain_id for c in created] == [failed.id, first.id, None]
+    assert created[1].job.last_attempt_error == f"blocker chain {first.id} (first) failed"
+    assert [c.incomplete_blocker_chain_ids for c in created] == [(), (), ()]

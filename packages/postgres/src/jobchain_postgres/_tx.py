@@ -281,7 +281,35 @@ class PostgresStateTx(LifecycleMixin, ListingsMixin, WorkersMixin):
                     incomplete_blocker_chain_ids=incomplete,
                 )
             )
-        return results
+        return await self._fail_in_batch_dependents(params, results, now)
+
+    async def _fail_in_batch_dependents(
+        self, params: JobsCreate, results: list[JobCreated], now: datetime | None
+    ) -> list[JobCreated]:
+        """Jobs of the batch blocked by a chain the batch created failed (a blocker chain of
+        its had failed) follow it, as after a failure: one more round trip, only then."""
+        ended = {r.job.chain_id for r in results if r.job.status is JobStatus.FAILED and not r.deduplicated}
+        if not ended or not any(ended.intersection(job.blocker_chain_ids) for job in params.jobs):
+            return results
+        origins = ",".join(f"{chain_id}:failed" for chain_id in sorted(ended))
+        *_, (shape, rows) = await self._pipeline(
+            [
+                (self._q.origins_set, {"origins": origins}),
+                (self._q.jobs_propagate, {"now": now, "kept": ATTEMPT_ERRORS_KEPT}),
+            ]
+        )
+        changed = {job.id: job for row in rows if (job := shape.job(row)) is not None}
+        return [
+            JobCreated(
+                job=changed.get(r.job.id, r.job),
+                deduplicated=r.deduplicated,
+                incomplete_blocker_chain_ids=tuple(
+                    c for c in r.incomplete_blocker_chain_ids if c not in ended
+                ),
+                announced=r.announced,
+            )
+            for r in results
+        ]
 
     async def _roots_create(self, params: JobsCreate) -> list[JobCreated]:
         """New chains without deduplication or blockers: one plain multi-row INSERT.
