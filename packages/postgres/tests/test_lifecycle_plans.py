@@ -153,13 +153,13 @@ async def test_propagation_follows_the_blocker_index(seeded: PostgresStateAdapte
 
 async def test_retry_follows_dependents_through_the_blocker_index(seeded: PostgresStateAdapter) -> None:
     q = Queries(seeded.options.schema, "jobchain_")
-    params = {"job_ids": [new_id()], "scheduled_at": None, "delay": None, "now": NOW}
+    params = {"job_ids": [new_id()], "scheduled_at": None, "delay": None, "refuse": False, "now": NOW}
     assert "jobchain_job_blocker_chain_idx" in await plan(seeded, q.jobs_retry, params)
 
 
 async def test_cancel_reads_each_chains_last_job_off_the_chain_index(seeded: PostgresStateAdapter) -> None:
     q = Queries(seeded.options.schema, "jobchain_")
-    params = {"chain_ids": [new_id()], "reason": None, "now": NOW}
+    params = {"chain_ids": [new_id()], "reason": None, "refuse": False, "now": NOW}
     assert "jobchain_job_chain_index_idx" in await plan(seeded, q.chains_cancel, params)
 
 
