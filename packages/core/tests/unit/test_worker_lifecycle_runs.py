@@ -246,3 +246,33 @@ async def test_batch_jobs_fail_when_their_attempts_run_out_and_a_slow_batch_time
     assert even_job.status is JobStatus.COMPLETED
     assert stuck_job.status is JobStatus.FAILED
     assert [e.error_type for e in stuck_job.attempt_errors] == ["JobTimeoutError"]
+
+
+async def test_a_timeout_is_reported_to_observers() -> None:
+    types = JobTypes()
+    job_type = types.define("late", input=None, output=None, entry=True, timeout=0.05, max_attempts=1)
+    procs = Processors()
+
+    @procs.handler(job_type)
+    async def handle(attempt: Attempt[None, None]) -> Completed:
+        await asyncio.sleep(BOUND)
+        return await attempt.complete(None)
+
+    observed = Recorder()
+    client = Client(MemoryStateAdapter(), None, types, observers=[observed])
+    async with client.transaction() as tx:
+        started = (await client.start_chain(tx, job_type, None)).chain
+    async with Worker(client, procs, retry=ZERO, poll_interval=0.05):
+
+        async def failed() -> bool:
+            job = await client.get_job(started.id)
+            return job is not None and job.status is JobStatus.FAILED
+
+        await wait_until(failed, "the timed-out job to fail")
+    [timed_out] = observed.named("job_timed_out")
+    assert timed_out.attributes["timeout"] == 0.05
+    assert timed_out.attributes["job.id"] == started.id
+    final = [e for e in observed.named("job_attempt_failed") if e.attributes.get("final")]
+    assert [(e.attributes["error.type"], e.attributes["reason"]) for e in final] == [
+        ("JobTimeoutError", "attempts_exhausted")
+    ]

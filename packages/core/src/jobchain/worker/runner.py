@@ -204,7 +204,8 @@ class AttemptRunner:
         await task
 
     def _timed_out(self) -> None:
-        self.on_event("job_timed_out", self.job, {"timeout": self.settings.timeout})
+        timeout = self.settings.timeout
+        self.on_event("job_timed_out", self.job, {"timeout": timeout.total_seconds() if timeout else None})
 
     async def _start_staged(self) -> None:
         """Staged mode: keep the lease alive and listen for ownership loss."""
