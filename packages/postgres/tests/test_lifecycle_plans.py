@@ -225,3 +225,18 @@ async def test_jobs_of_a_batch_blocked_by_a_chain_it_creates_failed_follow_that_
     assert [c.job.failed_by_chain_id for c in created] == [failed.id, first.id, None]
     assert created[1].job.last_attempt_error == f"blocker chain {first.id} (first) failed"
     assert [c.incomplete_blocker_chain_ids for c in created] == [(), (), ()]
+
+
+async def test_a_retried_blocker_counts_again_for_an_opted_in_job_still_waiting(
+    pg_state: PostgresStateAdapter,
+) -> None:
+    first, second = _new("first"), _new("second")
+    waiting = _new("waiting", blocker_chain_ids=[first.id, second.id], runs_after_failed_blockers=True)
+    async with pg_state.transaction() as tx:
+        await tx.jobs_create(JobsCreate(jobs=[first, second, waiting], now=NOW))
+        await tx.job_fail(JobFail(job_id=first.id, error="e", now=NOW))
+        await tx.jobs_retry(JobsRetry(job_ids=[first.id], now=NOW))
+        done = await tx.job_complete(JobComplete(job_id=first.id, now=NOW))
+        assert done.unblocked_jobs == []  # second still runs
+        done = await tx.job_complete(JobComplete(job_id=second.id, now=NOW))
+    assert [job.id for job in done.unblocked_jobs] == [waiting.id]

@@ -51,20 +51,34 @@ revived AS (
     UNION
     SELECT followed.chain_id FROM followed
 ),
+waiting AS (
+    -- Blocked runs_after_failed_blockers jobs that a retried chain blocks: that chain, terminal
+    -- until now, was not counted in their open_blocker_count; it is again.
+    SELECT DISTINCT b.job_id
+    FROM {job_blocker} AS b
+    JOIN {job} AS d ON d.id = b.job_id
+    WHERE b.blocked_by_chain_id IN (SELECT retry_chains.chain_id FROM retry_chains)
+      AND d.status = 'blocked'
+      AND d.runs_after_failed_blockers
+),
 blocker_state AS (
-    -- Every blocker of a job this statement may change, with its chain's last status now.
+    -- Every blocker of every job this statement may change, with its chain's last status now.
     SELECT b.job_id, b.blocked_by_chain_id AS chain_id, b."index" AS idx, l.status,
            b.blocked_by_chain_id IN (SELECT revived.chain_id FROM revived) AS revived
-    FROM {job_blocker} AS b
+    FROM (
+        SELECT requested.job_id FROM requested WHERE requested.found
+        UNION
+        SELECT followed.job_id FROM followed
+        UNION
+        SELECT waiting.job_id FROM waiting
+    ) AS t
+    JOIN {job_blocker} AS b ON b.job_id = t.job_id
     CROSS JOIN LATERAL (
         SELECT x.status FROM {job} AS x
         WHERE x.chain_id = b.blocked_by_chain_id
         ORDER BY x.chain_index DESC
         LIMIT 1
     ) AS l
-    WHERE b.job_id IN (SELECT requested.job_id FROM requested WHERE requested.found)
-       OR b.job_id IN (SELECT followed.job_id FROM followed)
-       OR b.blocked_by_chain_id IN (SELECT revived.chain_id FROM revived)
 ),
 outside_failed AS (
     SELECT DISTINCT ON (s.job_id) s.job_id, s.chain_id
@@ -123,12 +137,7 @@ targets AS (
     FROM reblock AS r
     JOIN {job} AS d ON d.id = r.job_id
     UNION ALL
-    SELECT DISTINCT d.id, true, 'waiting'
-    FROM blocker_state AS s
-    JOIN {job} AS d ON d.id = s.job_id
-    WHERE s.chain_id IN (SELECT retry_chains.chain_id FROM retry_chains)
-      AND d.status = 'blocked'
-      AND d.runs_after_failed_blockers
+    SELECT waiting.job_id, true, 'waiting' FROM waiting
 ),
 counts AS (
     SELECT t.job_id, t.kind,
