@@ -489,6 +489,20 @@ class TestPrune:
         assert [ch.id for ch in first.chains] == [c]
         assert [ch.id for ch in second.chains] == [a, b]
 
+    async def test_chains_that_cannot_go_never_crowd_out_the_rest(self, adapter: SqliteStateAdapter) -> None:
+        # x blocks y, y blocks z, which is still pending: neither x nor y can go yet, however
+        # old, and the limit still reaches w behind them.
+        [x] = await create(adapter, chain())
+        [y] = await create(adapter, chain(blockers=[x]))
+        [z, w] = await create(adapter, chain(blockers=[y]), chain())
+        async with adapter.transaction() as tx:
+            await tx.job_complete(JobComplete(job_id=x, now=at(1)))
+            await tx.job_complete(JobComplete(job_id=y, now=at(2)))
+            await tx.job_complete(JobComplete(job_id=w, now=at(3)))
+            pruned = await tx.chains_prune(ChainsPrune(completed_before=at(10), limit=1))
+        assert [c.id for c in pruned.chains] == [w]
+        assert (await get(adapter, z)).status is JobStatus.PENDING
+
 
 class TestPlans:
     @staticmethod

@@ -1,14 +1,31 @@
 -- chains_prune: retention. Delete up to :limit terminal chains whose last job finished
 -- before the cutoff for its status (:completed_before, :failed_before, :cancelled_before;
 -- NULL keeps that status: a comparison with NULL is never true), oldest finish first.
--- candidate: qualifying chains none of whose dependents (jobs that declared them as a
--- blocker) belongs to a chain that does not qualify; the oldest :limit of them.
--- kept: candidates that still block a job outside the deleted set (a dependent beyond the
--- limit, or several levels down), recursively: they stay until their dependents go.
+-- bad: chains that block a job of a chain that does not qualify, and recursively every
+-- chain that blocks a job of a bad chain: they cannot go under these cutoffs, so they are
+-- left out before the batch is chosen and never crowd out the chains behind them.
+-- candidate: the oldest :limit qualifying chains that are not bad.
+-- kept: candidates that still block a job outside the batch (a dependent beyond the
+-- limit), recursively: they stay for a later batch.
 -- Every job of a deleted chain goes; its blocker rows by ON DELETE CASCADE.
 -- Plan: job_failed_idx / job_cancelled_idx for failed and cancelled chains; completed
 -- chains scan the job table (an index on completed_at would cost every completion).
 WITH RECURSIVE
+bad(chain_id) AS (
+    SELECT b.blocked_by_chain_id
+    FROM {p}job_blocker b
+    JOIN {p}job d ON d.id = b.job_id
+    JOIN {p}job dl ON dl.chain_id = d.chain_id
+        AND dl.chain_index = (SELECT MAX(m.chain_index) FROM {p}job m WHERE m.chain_id = d.chain_id)
+    WHERE NOT (IFNULL(dl.status = 'completed' AND dl.completed_at < :completed_before, 0)
+               OR IFNULL(dl.status = 'failed' AND dl.failed_at < :failed_before, 0)
+               OR IFNULL(dl.status = 'cancelled' AND dl.cancelled_at < :cancelled_before, 0))
+    UNION
+    SELECT b.blocked_by_chain_id
+    FROM bad x
+    JOIN {p}job d ON d.chain_id = x.chain_id
+    JOIN {p}job_blocker b ON b.job_id = d.id
+),
 candidate(chain_id) AS MATERIALIZED (
     SELECT f.chain_id FROM (
         SELECT l.chain_id, l.chain_index, l.completed_at AS finished_at FROM {p}job l
@@ -23,17 +40,7 @@ candidate(chain_id) AS MATERIALIZED (
     WHERE NOT EXISTS (
         SELECT 1 FROM {p}job n WHERE n.chain_id = f.chain_id AND n.chain_index = f.chain_index + 1
     )
-      AND NOT EXISTS (
-        SELECT 1
-        FROM {p}job_blocker b
-        JOIN {p}job d ON d.id = b.job_id
-        JOIN {p}job dl ON dl.chain_id = d.chain_id
-            AND dl.chain_index = (SELECT MAX(m.chain_index) FROM {p}job m WHERE m.chain_id = d.chain_id)
-        WHERE b.blocked_by_chain_id = f.chain_id
-          AND NOT (IFNULL(dl.status = 'completed' AND dl.completed_at < :completed_before, 0)
-                   OR IFNULL(dl.status = 'failed' AND dl.failed_at < :failed_before, 0)
-                   OR IFNULL(dl.status = 'cancelled' AND dl.cancelled_at < :cancelled_before, 0))
-    )
+      AND f.chain_id NOT IN (SELECT chain_id FROM bad)
     ORDER BY f.finished_at, f.chain_id
     LIMIT :limit
 ),
