@@ -75,49 +75,55 @@ _JOB_FIELDS = (
 
 _RESCUE_FIELDS = ("rescued_at", "rescued_from", "rescue_reason")
 _NO_RESCUE = (None, None, None)
-_LIFECYCLE_FIELDS = (
-    "attempt_errors",
-    "attempt_base",
-    "failed_at",
-    "cancelled_at",
-    "cancel_reason",
-    "failed_by_chain_id",
-    "runs_after_failed_blockers",
-)
-_NO_LIFECYCLE = (None, 0, None, None, None, None, False)
+_OPEN_FIELDS = ("attempt_errors", "attempt_base", "runs_after_failed_blockers")
+_NO_OPEN = (None, 0, False)
+_FINISH_FIELDS = ("failed_at", "cancelled_at", "cancel_reason", "failed_by_chain_id")
+"""Set only on a failed or cancelled job: the hot statements (claims, completions) do not
+return them, and their jobs read them as None."""
+_NO_FINISH = (None, None, None, None)
 
 
 def _fields_getter(group: dict[str, int]) -> Callable[[Row], tuple[Any, ...]] | None:
-    """One getter that picks a group's job fields (rescue, then lifecycle fields last) in one C call.
+    """One getter that picks a group's job fields in one C call: the base fields, then the
+    rescue, open-lifecycle and finish-lifecycle fields, each group defaulted when absent.
 
     Decoding jobs is on every claim and completion. A schema from before migration 0005 (0006)
     has no rescue (lifecycle) columns: its jobs read with none recorded.
     """
     if not all(name in group for name in _JOB_FIELDS):
         return None
-    names = list(_JOB_FIELDS)
-    has_rescue = all(name in group for name in _RESCUE_FIELDS)
-    has_lifecycle = all(name in group for name in _LIFECYCLE_FIELDS)
-    if has_rescue:
-        names += _RESCUE_FIELDS
-    if has_lifecycle:
-        names += _LIFECYCLE_FIELDS
-    getter = itemgetter(*(group[name] for name in names))
-    if has_rescue and has_lifecycle:
+    segments = [
+        (_JOB_FIELDS, ()),
+        (_RESCUE_FIELDS, _NO_RESCUE),
+        (_OPEN_FIELDS, _NO_OPEN),
+        (_FINISH_FIELDS, _NO_FINISH),
+    ]
+    present = [all(name in group for name in names) for names, _ in segments]
+    getter = itemgetter(
+        *(group[name] for (names, _), has in zip(segments, present, strict=True) if has for name in names)
+    )
+    if all(present):
         return getter
-    rescue = () if has_rescue else _NO_RESCUE
-    lifecycle = () if has_lifecycle else _NO_LIFECYCLE
-    if has_rescue:
-        return lambda row: (*getter(row), *lifecycle)
-    if has_lifecycle:
-        cut = len(_JOB_FIELDS)
+    if present == [True, True, True, False]:  # the hot statements: one tuple concatenation
+        return lambda row: getter(row) + _NO_FINISH
+    # Other shapes (schemas from before 0005/0006, whole-row statements): slower, and rare.
+    spans: list[tuple[int, int, tuple[Any, ...]]] = []  # (start, end) in picked, or defaults
+    offset = 0
+    for (names, defaults), has in zip(segments, present, strict=True):
+        if has:
+            spans.append((offset, offset + len(names), ()))
+            offset += len(names)
+        else:
+            spans.append((0, 0, defaults))
 
-        def with_lifecycle(row: Row) -> tuple[Any, ...]:
-            picked = getter(row)
-            return (*picked[:cut], *rescue, *picked[cut:])
+    def padded(row: Row) -> tuple[Any, ...]:
+        picked = getter(row)
+        out: list[Any] = []
+        for first, last, defaults in spans:
+            out.extend(picked[first:last] if last else defaults)
+        return tuple(out)
 
-        return with_lifecycle
-    return lambda row: (*getter(row), *rescue, *lifecycle)
+    return padded
 
 
 class Shape:
@@ -175,11 +181,11 @@ class Shape:
             rescue_reason,
             attempt_errors,
             attempt_base,
+            runs_after_failed_blockers,
             failed_at,
             cancelled_at,
             cancel_reason,
             failed_by_chain_id,
-            runs_after_failed_blockers,
         ) = fields(row)
         if id_ is None:
             return None
