@@ -330,6 +330,7 @@ async def reschedule(
     error: str = "boom",
     worker_id: str | None = None,
     lease_generation: int | None = None,
+    released: bool = False,
 ) -> Job:
     """Reschedule a job in one committed transaction."""
     params = JobReschedule(
@@ -338,6 +339,7 @@ async def reschedule(
         error=error,
         worker_id=worker_id,
         lease_generation=lease_generation,
+        released=released,
         now=now,
     )
     async with adapter.transaction() as tx:

@@ -300,6 +300,36 @@ class ErrorHistoryTests:
         assert plain.attempt_errors == (entry,)
         assert await get_job(state_adapter, job.id) == plain
 
+    async def test_a_released_attempt_uses_none_of_the_budget(
+        self, state_adapter: StateAdapter, now: datetime
+    ) -> None:
+        job = await running_job(state_adapter, now)
+        assert (job.attempt, job.attempt_base) == (1, 0)
+        released = await reschedule(
+            state_adapter,
+            job.id,
+            now=now + SECOND,
+            schedule=Schedule(after=timedelta(0)),
+            error="released",
+            worker_id=WORKER,
+            lease_generation=job.lease_generation,
+            released=True,
+        )
+        assert (released.status, released.attempt, released.attempt_base) == (JobStatus.PENDING, 1, 1)
+        assert released.attempts_used == 0
+        assert released.attempt_errors == ()
+        again = await acquire_job(state_adapter, job, now=now + 2 * SECOND)
+        failed = await reschedule(
+            state_adapter,
+            job.id,
+            now=now + 3 * SECOND,
+            schedule=Schedule(after=timedelta(0)),
+            worker_id=WORKER,
+            lease_generation=again.lease_generation,
+        )
+        assert (failed.attempt, failed.attempt_base, failed.attempts_used) == (2, 1, 1)
+        assert await get_job(state_adapter, job.id) == failed
+
     async def test_the_history_keeps_the_last_entries_oldest_first(
         self, state_adapter: StateAdapter, now: datetime
     ) -> None:

@@ -56,6 +56,59 @@ async def test_handler_past_the_shutdown_deadline_sees_reason_shutdown_and_its_j
     assert job is not None
     assert job.status is JobStatus.PENDING
     assert job.leased_by is None
+    # The release gave the attempt back: it used none of the job's attempt budget.
+    assert (job.attempt, job.attempts_used, job.attempt_errors) == (1, 0, ())
+
+
+async def test_a_job_released_at_shutdown_between_failures_keeps_its_budget() -> None:
+    """max_attempts=2: a failure, a release at shutdown, then a failure leaves it failed only
+    after its second real failure — the release in between counted for nothing."""
+    second_attempt = asyncio.Event()
+    processors = Processors()
+    budget_types = JobTypes()
+    flaky = budget_types.define(
+        "shutdown.flaky", input=Item, output=None, entry=True, max_attempts=2, retry=_no_wait()
+    )
+
+    @processors.handler(flaky)
+    async def handle(attempt: Attempt[Item, None]) -> Completed:
+        await attempt.prepare("staged")
+        if attempt.job.attempt == 2:
+            second_attempt.set()
+            await attempt.signal.wait()
+            attempt.signal.raise_if_aborted()
+        raise ConnectionError(f"attempt {attempt.job.attempt}")
+
+    client = Client(MemoryStateAdapter(), MemoryNotifyAdapter(), budget_types)
+    async with client.transaction() as tx:
+        started_chain = await client.start_chain(tx, flaky, Item(n=1))
+    worker = Worker(client, processors, poll_interval=0.05, shutdown_timeout=0.2)
+    await worker.start()
+    await asyncio.wait_for(second_attempt.wait(), 5)
+    await worker.stop()
+    released = await client.get_job(started_chain.id)
+    assert released is not None
+    assert (released.status, released.attempt, released.attempts_used) == (JobStatus.PENDING, 2, 1)
+
+    worker = Worker(client, processors, poll_interval=0.05)
+    await worker.start()
+    try:
+        with pytest.raises(jobchain.ChainFailedError):
+            await client.await_chain(started_chain.id, timeout=10)
+    finally:
+        await worker.stop()
+    failed = await client.get_job(started_chain.id)
+    assert failed is not None
+    assert (failed.status, failed.attempt, failed.attempts_used) == (JobStatus.FAILED, 3, 2)
+    assert [entry.message for entry in failed.attempt_errors] == ["attempt 1", "attempt 3"]
+
+
+def _no_wait() -> Any:
+    from datetime import timedelta
+
+    from jobchain.worker import Backoff
+
+    return Backoff(initial=timedelta(0), maximum=timedelta(0))
 
 
 async def test_connect_with_nothing_configured_migrates_the_embedded_default(

@@ -247,6 +247,10 @@ class JobReschedule:
     JobCancelledError for a cancelled job); without it any blocked, pending or running job may
     be rescheduled (JobFinishedError for a failed or cancelled one). The lease is cleared;
     ``attempt_error``, if given, is appended to the error history.
+
+    ``released=True`` hands back an attempt that did not fail (its worker shut down, or the
+    job waited in a prefetch buffer): ``attempt_base + 1``, so the claim's attempt uses none
+    of the budget (``attempts_used`` is as before the claim).
     """
 
     job_id: str
@@ -255,6 +259,7 @@ class JobReschedule:
     worker_id: str | None = None
     lease_generation: int | None = None
     attempt_error: AttemptError | None = None
+    released: bool = False
     now: datetime | None = None
 
 

@@ -293,6 +293,7 @@ def job_reschedule(ctx: Ctx, params: JobReschedule, now: datetime) -> Job:
         last_attempt_at=now,
         last_attempt_error=params.error,
         attempt_errors=with_error(job.attempt_errors, params.attempt_error),
+        attempt_base=job.attempt_base + 1 if params.released else job.attempt_base,
         leased_by=None,
         leased_until=None,
     )

@@ -113,11 +113,11 @@ def over_limit(job: Job, settings: AttemptSettings) -> bool:
     """A claimed job already past its attempt limit: its last attempts were abandoned.
 
     Its worker died or its lease expired after it had used its last attempt, so it is failed
-    without running. A job whose last attempt was handed back at shutdown is not: a release
-    uses no attempt of the budget.
+    without running. A job handed back at shutdown is not: the release gave its attempt back
+    (``JobReschedule(released=True)`` raises ``attempt_base``).
     """
     limit = settings.max_attempts
-    return limit is not None and job.attempts_used > limit and job.last_attempt_error != RELEASED_ERROR
+    return limit is not None and job.attempts_used > limit
 
 
 def _error_attributes(error: BaseException) -> dict[str, Any]:
@@ -172,6 +172,7 @@ async def record_failure(
                 worker_id=worker_id,
                 lease_generation=job.lease_generation,
                 attempt_error=entry,
+                released=released,
             ),
         ),
     )

@@ -263,6 +263,7 @@ class Slots:
                             schedule=Schedule(after=timedelta(0)),
                             error=RELEASED_ERROR,
                             worker_id=self._worker_id,
+                            released=True,
                         )
                     )
                     tx.hooks.job_scheduled(job.type_name)
