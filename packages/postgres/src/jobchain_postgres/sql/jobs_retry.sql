@@ -9,7 +9,8 @@
 -- blockers this statement revives (the retried and reblocked jobs, and blocked
 -- runs_after_failed_blockers jobs still waiting on a revived chain): a revived chain counts as open.
 -- Refusals (nothing written): a missing id, a job that is not failed or cancelled, or one (without
--- runs_after_failed_blockers) with a failed or cancelled blocker chain this statement does not revive.
+-- runs_after_failed_blockers) with a failed or cancelled blocker chain, even one retried by the
+-- same request (retry the blocker: its dependents follow).
 -- Plan: primary key per id; job_blocker_chain_idx to follow dependents; job_blocker primary key and
 -- job_chain_index_idx (backward) for each blocker chain's last job.
 WITH RECURSIVE
@@ -117,8 +118,7 @@ blocked_by AS (
     JOIN blocker_state AS s ON s.job_id = q.job_id
     WHERE q.status IN ('failed', 'cancelled')
       AND NOT q.runs_after
-      AND s.status IN ('failed', 'cancelled')
-      AND s.chain_id NOT IN (SELECT live.chain_id FROM live)
+      AND s.status IN ('failed', 'cancelled')  -- as stored: retried in the same request or not
     ORDER BY q.job_id, s.chain_id IS DISTINCT FROM q.failed_by_chain_id, s.idx
 ),
 refused AS (
