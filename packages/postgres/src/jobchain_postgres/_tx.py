@@ -447,6 +447,7 @@ class PostgresStateTx(LifecycleMixin, ListingsMixin, WorkersMixin):
                 "error": params.error,
                 "attempt_error": attempt_error_param(params.attempt_error),
                 "kept": ATTEMPT_ERRORS_KEPT,
+                "released": bool(params.released),
                 "now": check_now(params.now),
             },
             write=True,

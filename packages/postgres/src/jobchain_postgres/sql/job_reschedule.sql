@@ -31,6 +31,9 @@ rescheduled AS (
                 WHERE e.n > jsonb_array_length(COALESCE(j.attempt_errors, '[]'::jsonb)) + 1 - %(kept)s::integer
             )
         END,
+        -- A released attempt (its worker shut down, or it waited in a prefetch buffer) did not
+        -- fail: it uses none of the attempt budget.
+        attempt_base = j.attempt_base + CASE WHEN %(released)s::boolean THEN 1 ELSE 0 END,
         leased_by = NULL,
         leased_until = NULL
     FROM target AS t
