@@ -209,6 +209,7 @@ class SqliteTx:
                 "error": params.error,
                 "attempt_error": attempt_error_json(params.attempt_error),
                 "errors_kept": ATTEMPT_ERRORS_KEPT,
+                "released": 1 if params.released else 0,
             },
         )
         if rows:

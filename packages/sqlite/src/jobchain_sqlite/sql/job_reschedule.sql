@@ -1,6 +1,8 @@
 -- job_reschedule: return a blocked, pending or running job to pending at :scheduled_at,
 -- recording the error, and appending :attempt_error (JSON, or NULL for none) to the error
--- history, whose oldest entry goes once it holds :errors_kept.
+-- history, whose oldest entry goes once it holds :errors_kept. :released (1) hands back an
+-- attempt that did not fail (shutdown, prefetch buffer): attempt_base + 1, so the claim's
+-- attempt uses none of the budget.
 -- With :worker_id the caller must own the lease; zero rows means it does not (or the job is
 -- missing, completed, failed or cancelled), and the adapter reads the job to raise the right error.
 UPDATE {p}job
@@ -10,6 +12,7 @@ SET status = 'pending',
     last_attempt_error = :error,
     leased_by = NULL,
     leased_until = NULL,
+    attempt_base = attempt_base + :released,
     attempt_errors = CASE WHEN :attempt_error IS NULL THEN attempt_errors ELSE json_insert(
         CASE WHEN json_array_length(attempt_errors) >= :errors_kept THEN json_remove(attempt_errors, '$[0]')
              ELSE COALESCE(attempt_errors, '[]') END,
