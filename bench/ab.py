@@ -82,7 +82,9 @@ def fresh(backend: str, side: str, tmp: Path) -> None:
             path.unlink()
 
 
-def measure(tree: Path, side: str, row: tuple[str, str, int, int], jobs: int, tmp: Path) -> float:
+def measure(
+    tree: Path, side: str, row: tuple[str, str, int, int], jobs: int, tmp: Path
+) -> tuple[float, float]:
     backend, mode, conc, prefetch = row
     fresh(backend, side, tmp)
     state = state_url(backend, side, tmp)
@@ -98,7 +100,7 @@ def measure(tree: Path, side: str, row: tuple[str, str, int, int], jobs: int, tm
         "n": jobs,
     }
     out = run_jc(tree, "worker", json.dumps(cfg))
-    return float(out["rate"])  # type: ignore[arg-type]
+    return float(out["rate"]), float(out["cpu_per_1000"])  # type: ignore[arg-type]
 
 
 def label(row: tuple[str, str, int, int]) -> str:
@@ -114,26 +116,42 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--jobs", type=int, default=20000)
     parser.add_argument("--out", type=Path)
+    parser.add_argument("--only", default="", help="run only rows whose label contains this text")
     args = parser.parse_args()
     sides = {"before": args.before.resolve(), "after": args.after.resolve()}
-    rates: dict[str, dict[str, list[float]]] = {label(r): {"before": [], "after": []} for r in ROWS}
+    rows = [r for r in ROWS if args.only in label(r)]
+    rates: dict[str, dict[str, list[float]]] = {label(r): {"before": [], "after": []} for r in rows}
+    cpus: dict[str, dict[str, list[float]]] = {label(r): {"before": [], "after": []} for r in rows}
     with tempfile.TemporaryDirectory(prefix="jobchain-ab-") as tmpdir:
         tmp = Path(tmpdir)
         for round_ in range(args.rounds):
             order = ["before", "after"] if round_ % 2 == 0 else ["after", "before"]
-            for row in ROWS:
+            for row in rows:
                 for side in order:
-                    rate = measure(sides[side], side, row, args.jobs, tmp)
+                    rate, cpu = measure(sides[side], side, row, args.jobs, tmp)
                     rates[label(row)][side].append(rate)
-                    print(f"round {round_ + 1} {label(row)} {side}: {rate:,.0f} jobs/s", flush=True)
+                    cpus[label(row)][side].append(cpu)
+                    print(
+                        f"round {round_ + 1} {label(row)} {side}: {rate:,.0f} jobs/s, "
+                        f"{cpu * 1000:.1f} ms CPU per 1,000 jobs",
+                        flush=True,
+                    )
     for side in ("before", "after"):
         psql(f"DROP SCHEMA IF EXISTS bench_ab_{side} CASCADE")
     summary = {}
-    print("\nrow | before (median jobs/s) | after | after / before")
+    print("\nrow | before (median jobs/s) | after | after / before | CPU per job after / before")
     for name, both in rates.items():
         before, after = statistics.median(both["before"]), statistics.median(both["after"])
-        summary[name] = {"before": before, "after": after, "ratio": after / before, "runs": both}
-        print(f"{name} | {before:,.0f} | {after:,.0f} | {after / before:.3f}")
+        cpu_before, cpu_after = (statistics.median(cpus[name][side]) for side in ("before", "after"))
+        summary[name] = {
+            "before": before,
+            "after": after,
+            "ratio": after / before,
+            "runs": both,
+            "cpu_per_1000": cpus[name],
+            "cpu_ratio": cpu_after / cpu_before,
+        }
+        print(f"{name} | {before:,.0f} | {after:,.0f} | {after / before:.3f} | {cpu_after / cpu_before:.3f}")
     if args.out is not None:
         args.out.write_text(
             json.dumps({"sides": {k: str(v) for k, v in sides.items()}, "rows": summary}, indent=2)
