@@ -24,7 +24,7 @@ from jobchain.errors import (
     JobTakenByAnotherWorkerError,
 )
 from jobchain_sqlite.context import TxContext
-from jobchain_sqlite.rows import dump_json, fmt_time, job_from_row, json_list
+from jobchain_sqlite.rows import dump_json, fmt_time, job_from_row, json_list, running_job_from_row
 
 
 def lease_error(job_id: str, worker_id: str | None, job: Job | None) -> JobchainError:
@@ -83,7 +83,9 @@ async def jobs_complete(
         for item, now in zip(items, nows, strict=True)
     ]
     rows = await ctx.fetch(ctx.q.jobs_complete, {"items": json.dumps(encoded, separators=(",", ":"))})
-    completed = {row["id"]: (job_from_row(row), not row["has_next"], bool(row["is_blocker"])) for row in rows}
+    completed = {
+        row["id"]: (running_job_from_row(row), not row["has_next"], bool(row["is_blocker"])) for row in rows
+    }
 
     refused: dict[str, Job] = {}
     if len(completed) < len(items):

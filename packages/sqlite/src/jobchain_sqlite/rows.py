@@ -122,12 +122,39 @@ _LIFECYCLE_AT = JOB_COLUMNS.index("attempt_errors")
 _PLAIN_LIFECYCLE = (None, 0, None, None, None, None, 0)
 """The lifecycle columns of a job never failed, cancelled or retried: what most rows hold."""
 
+RUNNING_JOB_COLUMNS: tuple[str, ...] = (
+    *JOB_COLUMNS[:_LIFECYCLE_AT],
+    "attempt_errors",
+    "attempt_base",
+    "runs_after_failed_blockers",
+)
+"""What claims and group completions return (``jobs_acquire.sql``, ``jobs_complete.sql``): a
+job that is or was just running never has ``failed_at``, ``cancelled_at``, ``cancel_reason``
+or ``failed_by_chain_id`` set (a retry clears them), so those four are left out — each
+returned column costs SQLite and the sqlite3 module ~85 ns per row (claim + completion of
+a job: 23.5 → 22.3 us of CPU without the seven lifecycle columns)."""
+
 
 def job_from_row(row: Row) -> Job:
     """Build a Job from a row whose first columns are the job table's (``*`` or ``j.*`` first)."""
     # By position on the adapter's own rows: a sqlite3.Row looks a name up by comparing it
     # with every column name, which made decoding the costliest step of a claim or completion.
     values = row[: len(JOB_COLUMNS)] if type(row) is sqlite3.Row else tuple(row[name] for name in JOB_COLUMNS)
+    return _job_of(values, values[_LIFECYCLE_AT:])
+
+
+def running_job_from_row(row: Row) -> Job:
+    """Build a Job from a row whose first columns are :data:`RUNNING_JOB_COLUMNS`."""
+    values = (
+        row[: len(RUNNING_JOB_COLUMNS)]
+        if type(row) is sqlite3.Row
+        else tuple(row[name] for name in RUNNING_JOB_COLUMNS)
+    )
+    attempt_errors, attempt_base, runs_after = values[_LIFECYCLE_AT:]
+    return _job_of(values, (attempt_errors, attempt_base, None, None, None, None, runs_after))
+
+
+def _job_of(values: Sequence[Any], lifecycle: Sequence[Any]) -> Job:
     (
         id_,
         type_name,
@@ -184,7 +211,6 @@ def job_from_row(row: Row) -> Job:
         rescued_from=rescued_from,
         rescue_reason=rescue_reason,
     )
-    lifecycle = values[_LIFECYCLE_AT:]
     # One comparison for the common row (claims and completions of jobs that never failed):
     # the seven lifecycle keywords and their conversions cost a claim + completion ~1 us.
     return job if lifecycle == _PLAIN_LIFECYCLE else _with_lifecycle(job, lifecycle)
@@ -250,6 +276,7 @@ __all__ = [
     "dump_json",
     "fmt_time",
     "job_from_row",
+    "running_job_from_row",
     "json_list",
     "load_json",
     "opt_time",

@@ -64,6 +64,7 @@ from jobchain_sqlite.rows import (
     job_from_row,
     json_list,
     parse_time,
+    running_job_from_row,
 )
 
 
@@ -174,7 +175,7 @@ class SqliteTx:
         rows = await ctx.fetch(ctx.q.jobs_acquire, args)
         if not rows:
             return JobsAcquired(jobs=[], has_more=False)
-        claimed = sorted(((job_from_row(row), row) for row in rows), key=lambda p: _acquire_key(p[0]))
+        claimed = sorted(((running_job_from_row(row), row) for row in rows), key=lambda p: _acquire_key(p[0]))
         return JobsAcquired(jobs=[job for job, _ in claimed], has_more=bool(claimed[-1][1]["has_more_after"]))
 
     async def job_renew_lease(self, params: JobRenewLease) -> Job:

@@ -10,6 +10,9 @@
 -- has_more_after: whether an eligible pending job sorts after this row. Evaluated on the
 -- claimed row that sorts last, it is the batch's has_more: every job after it was not
 -- claimed and stays pending while the UPDATE runs (the key columns never change here).
+-- Returns rows.RUNNING_JOB_COLUMNS (the job's columns less the four only a failed or
+-- cancelled job sets: a running job never has them), then the flags; each returned column
+-- costs every row of a claim.
 UPDATE {p}job
 SET status = 'running',
     attempt = attempt + 1,
@@ -28,7 +31,11 @@ WHERE id IN (
     ORDER BY c.scheduled_at, c.created_at, c.id
     LIMIT :limit
 )
-RETURNING *, EXISTS (
+RETURNING id, type_name, chain_id, chain_type_name, chain_index, status, input, output, created_at,
+       scheduled_at, attempt, last_attempt_at, last_attempt_error, leased_by, leased_until,
+       lease_generation, completed_at, completed_by, deduplication_key, trace_context,
+       chain_trace_context, first_attempt_at, attempt_started_at, rescued_at, rescued_from,
+       rescue_reason, attempt_errors, attempt_base, runs_after_failed_blockers, EXISTS (
     SELECT 1 FROM {p}job x INDEXED BY {p}job_acquisition_idx
     WHERE x.status = 'pending'
       AND x.type_name IN (SELECT value FROM json_each(:type_names))
