@@ -240,6 +240,11 @@ class PostgresStateAdapter:
                 if read_only:
                     await connection.set_read_only(True)
                     inner.push_async_callback(_reset_read_only, connection)
+                elif connection.read_only:
+                    # A read-only transaction cancelled while it ended (a watch stopped as its
+                    # attempt finished) can hand the connection back before the reset ran:
+                    # every write transaction states what it needs instead of trusting it.
+                    await connection.set_read_only(False)
                 await inner.enter_async_context(_Transaction(connection))
             except TransientStateError as error:
                 await inner.__aexit__(type(error), error, error.__traceback__)
