@@ -1,6 +1,6 @@
 """jobchain: durable, typed job chains that commit with your database transaction."""
 
-from jobchain.client import ChainStart, ChainStarted, Client, connect
+from jobchain.client import ChainsRetried, ChainStart, ChainStarted, Client, connect
 from jobchain.completion import Completion, ContinuationSpec, JobFinished
 from jobchain.entities import (
     AttemptError,
@@ -27,6 +27,7 @@ __all__ = [
     "Chain",
     "ChainStart",
     "ChainStarted",
+    "ChainsRetried",
     "Client",
     "Completion",
     "ContinuationSpec",
