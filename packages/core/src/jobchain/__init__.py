@@ -17,12 +17,14 @@ from jobchain.entities import (
 from jobchain.errors import *  # noqa: F403 -- the error tree is public API, listed in errors.__all__
 from jobchain.errors import __all__ as _error_names
 from jobchain.job_types import DEFAULT_MAX_ATTEMPTS, UNSET, JobType, JobTypes
+from jobchain.stats import AttemptDurations, QueueStats, ThroughputBucket, TypeStats, WindowCounts
 from jobchain.transactions import Transaction, TransactionHooks
 from jobchain.worker.retention import Retention
 
 __all__ = [
     "DEFAULT_MAX_ATTEMPTS",
     "UNSET",
+    "AttemptDurations",
     "AttemptError",
     "Chain",
     "ChainStart",
@@ -38,11 +40,15 @@ __all__ = [
     "JobType",
     "JobTypes",
     "Page",
+    "QueueStats",
     "RescueReason",
     "Retention",
     "Schedule",
+    "ThroughputBucket",
     "Transaction",
     "TransactionHooks",
+    "TypeStats",
+    "WindowCounts",
     "WorkerInfo",
     "WorkerState",
     "connect",

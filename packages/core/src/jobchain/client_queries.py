@@ -12,7 +12,7 @@ import logging
 import math
 from collections.abc import AsyncIterator, Callable, Sequence
 from contextlib import asynccontextmanager
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any
 
 from jobchain.contracts.notify import NotifyAdapter
@@ -27,6 +27,7 @@ from jobchain.contracts.state import (
     JobGet,
     JobsList,
     Order,
+    QueueStatsGet,
     StateAdapter,
     StateTx,
     WorkersList,
@@ -43,6 +44,7 @@ from jobchain.errors import (
     WaitChainTimeoutError,
 )
 from jobchain.job_types import JobType, JobTypes
+from jobchain.stats import DURATION_SAMPLE, DURATION_WINDOW, STATS_WINDOWS, QueueStats
 from jobchain.transactions import Transaction
 
 Clock = Callable[[], datetime]
@@ -97,6 +99,14 @@ def _worker_states(values: Sequence[WorkerState | str]) -> list[str]:
     except ValueError:
         valid = ", ".join(s.value for s in WorkerState)
         raise InvalidArgumentError(f"states must be among {valid}; got {list(values)!r}") from None
+
+
+def _worker_ids(values: Sequence[str]) -> list[str]:
+    _require_list("leased_by", values)
+    for value in values:
+        if not isinstance(value, str) or not value:
+            raise InvalidArgumentError(f"leased_by holds worker ids (non-empty strings), got {value!r}")
+    return list(values)
 
 
 def _require_list(what: str, values: object) -> None:
@@ -235,6 +245,7 @@ class ClientQueries:
         job_ids: Sequence[str] = (),
         statuses: Sequence[JobStatus | str] = (),
         error_types: Sequence[str] = (),
+        leased_by: Sequence[str] = (),
         created_from: datetime | None = None,
         created_to: datetime | None = None,
         order: Order = "desc",
@@ -246,7 +257,8 @@ class ClientQueries:
 
         ``statuses`` include ``failed`` and ``cancelled``; ``error_types`` matches the type of a
         job's last recorded error (``statuses=["failed"], error_types=["TimeoutError"]``: dead
-        letters by error). Each job carries its error history in ``attempt_errors``.
+        letters by error). ``leased_by`` lists the running jobs those workers hold. Each job
+        carries its error history in ``attempt_errors``.
         """
         params = JobsList(
             type_names=_names("type_names", type_names),
@@ -255,6 +267,7 @@ class ClientQueries:
             job_ids=_ids("job_ids", job_ids),
             statuses=_statuses(statuses),
             error_types=error_type_names(error_types),
+            leased_by=_worker_ids(leased_by),
             created_from=_aware("created_from", created_from),
             created_to=_aware("created_to", created_to),
             order=order,
@@ -316,6 +329,35 @@ class ClientQueries:
         params = WorkersList(states=_worker_states(states), now=self._now())
         async with self._read(tx) as state:
             return await state.workers_list(params)
+
+    async def queue_stats(
+        self,
+        *,
+        type_names: Sequence[TypeRef] = (),
+        windows: Sequence[timedelta] = STATS_WINDOWS,
+        duration_window: timedelta = DURATION_WINDOW,
+        duration_sample: int = DURATION_SAMPLE,
+        throughput_window: timedelta | None = None,
+        throughput_step: timedelta = timedelta(minutes=1),
+        tx: Transaction | None = None,
+    ) -> QueueStats:
+        """Queue health per job type in one read: counts by status, due and scheduled jobs, the
+        oldest due job, expired leases, failures by error type, jobs finished over recent
+        ``windows``, attempt-duration percentiles and (when ``throughput_window`` is given)
+        completions and failures per ``throughput_step``.
+        """
+        _require_list("windows", windows)
+        params = QueueStatsGet(
+            type_names=_names("type_names", type_names),
+            windows=tuple(windows),
+            duration_window=duration_window,
+            duration_sample=duration_sample,
+            throughput_window=throughput_window,
+            throughput_step=throughput_step,
+            now=self._now(),
+        )
+        async with self._read(tx) as state:
+            return await state.queue_stats(params)
 
     async def await_chain(
         self,

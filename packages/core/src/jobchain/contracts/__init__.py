@@ -47,6 +47,7 @@ from jobchain.contracts.state import (
     NewJob,
     ObservesCallerCommits,
     PrunedChain,
+    QueueStatsGet,
     ReservesConnections,
     RunsOperationsAlone,
     StateAdapter,
@@ -109,5 +110,6 @@ __all__ = [
     "Unsubscribe",
     "WorkerHeartbeat",
     "WorkerHeartbeatResult",
+    "QueueStatsGet",
     "WorkersList",
 ]

@@ -56,6 +56,7 @@ from jobchain.errors import (
     JobNotFoundError,
     JobTakenByAnotherWorkerError,
 )
+from jobchain.stats import DURATION_SAMPLE, DURATION_WINDOW, STATS_WINDOWS, QueueStats
 
 DEFAULT_PAGE_SIZE = 50
 MAX_PAGE_SIZE = 500
@@ -578,6 +579,54 @@ class WorkersList:
     now: datetime | None = None
 
 
+# ---------------------------------------------------------------- queue health
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class QueueStatsGet:
+    """Queue health per job type (see :class:`QueueStats`), in one round trip.
+
+    ``type_names`` restricts the figures to those types (each listed even with no jobs);
+    empty means every type that has jobs. ``windows``: the recent periods over which
+    finished jobs are counted (each positive, at most a day). Attempt durations are sampled
+    from the type's most recent completions within ``duration_window``, at most
+    ``duration_sample`` of them (0: no durations). ``throughput_window`` (None: none) asks
+    for completed/failed counts of every type in buckets of ``throughput_step`` ending at
+    ``now``: ``ceil(window / step)`` buckets, oldest first, the last one holding ``now``,
+    each starting at a multiple of ``step`` since the Unix epoch (at most 1,440 buckets).
+    Served by indexes: no figure reads every row of a large terminal history except the
+    per-status counts, which adapters keep cheap (index-only where the engine has it).
+    """
+
+    type_names: Sequence[str] = ()
+    windows: Sequence[timedelta] = STATS_WINDOWS
+    duration_window: timedelta = DURATION_WINDOW
+    duration_sample: int = DURATION_SAMPLE
+    throughput_window: timedelta | None = None
+    throughput_step: timedelta = timedelta(minutes=1)
+    now: datetime | None = None
+
+    def __post_init__(self) -> None:
+        for window in self.windows:
+            if not timedelta(0) < window <= timedelta(days=1):
+                raise InvalidArgumentError(
+                    f"each stats window must be positive and at most a day, got {window!r}"
+                )
+        _check_timedelta("duration_window", self.duration_window, positive=True)
+        if not isinstance(self.duration_sample, int) or not 0 <= self.duration_sample <= 100_000:
+            raise InvalidArgumentError(
+                f"duration_sample must be an integer from 0 to 100000, got {self.duration_sample!r}"
+            )
+        _check_timedelta("throughput_step", self.throughput_step, positive=True)
+        if self.throughput_window is not None:
+            _check_timedelta("throughput_window", self.throughput_window, positive=True)
+            if self.throughput_window / self.throughput_step > 1_440:
+                raise InvalidArgumentError(
+                    "throughput_window / throughput_step must be at most 1440 buckets; "
+                    "use a longer throughput_step"
+                )
+
+
 # ---------------------------------------------------------------- listings
 
 
@@ -606,7 +655,8 @@ class JobsList:
     """List jobs by ``created_at`` (then id); bounds are inclusive.
 
     ``error_types`` matches the type of the last entry of a job's error history (dead letters
-    by error: ``statuses=["failed"], error_types=["TimeoutError"]``).
+    by error: ``statuses=["failed"], error_types=["TimeoutError"]``). ``leased_by`` matches
+    running jobs leased by those worker ids (what a worker holds).
     """
 
     type_names: Sequence[str] = ()
@@ -615,6 +665,7 @@ class JobsList:
     job_ids: Sequence[str] = ()
     statuses: Sequence[str] = ()
     error_types: Sequence[str] = ()
+    leased_by: Sequence[str] = ()
     created_from: datetime | None = None
     created_to: datetime | None = None
     order: Order = "desc"
@@ -682,6 +733,7 @@ class StateTx(Protocol):
     async def jobs_reap_expired(self, params: JobsReapExpired) -> list[Job]: ...
     async def worker_heartbeat(self, params: WorkerHeartbeat) -> WorkerHeartbeatResult: ...
     async def workers_list(self, params: WorkersList) -> list[WorkerInfo]: ...
+    async def queue_stats(self, params: QueueStatsGet) -> QueueStats: ...
     async def jobs_trigger(self, params: JobsTrigger) -> JobsTriggered: ...
     async def chains_delete(self, params: ChainsDelete) -> ChainsDeleted: ...
     async def chains_list(self, params: ChainsList) -> Page[Chain]: ...
