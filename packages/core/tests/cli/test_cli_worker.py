@@ -17,7 +17,7 @@ from click.testing import CliRunner
 
 import jobchain
 from jobchain.cli import main
-from jobchain.cli_worker import run_on_loop
+from jobchain.cli.worker import run_on_loop
 from jobchain.errors import InvalidArgumentError
 
 APP = textwrap.dedent(

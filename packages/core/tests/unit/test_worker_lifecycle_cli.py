@@ -13,7 +13,7 @@ from click.testing import CliRunner
 
 from jobchain import UNSET, InvalidArgumentError, Retention
 from jobchain.cli import main
-from jobchain.cli_worker import parse_duration, parse_max_attempts, retention_from_options
+from jobchain.cli.worker import parse_duration, parse_max_attempts, retention_from_options
 
 
 def test_durations_take_a_unit_or_seconds() -> None:
@@ -99,7 +99,7 @@ def test_help_lists_the_lifecycle_options() -> None:
 
 
 def test_lifecycle_options_reach_the_worker(app: str, monkeypatch: pytest.MonkeyPatch) -> None:
-    import jobchain.cli_worker as cli_worker
+    import jobchain.cli.worker as cli_worker
 
     seen: dict[str, object] = {}
 

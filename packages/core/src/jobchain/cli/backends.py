@@ -1,8 +1,4 @@
-"""The ``jobchain`` command line (click). Entry point: ``jobchain = "jobchain.cli:main"``.
-
-Each command lives in a small function here or in its own module and is attached to ``main``
-in the "Commands" section at the bottom, so adding one never touches the others.
-"""
+"""``jobchain backends``: the installed backends, one per scheme and role."""
 
 from __future__ import annotations
 
@@ -10,22 +6,8 @@ from importlib.metadata import PackageNotFoundError, version
 
 import click
 
-from jobchain.cli_common import NOTIFY_URL_HELP, STATE_URL_HELP
 from jobchain.errors import JobchainError
 from jobchain.plugins.registry import RegisteredBackend, get_registry
-
-
-def _version() -> str:
-    try:
-        return version("jobchain")
-    except PackageNotFoundError:  # running from a source tree that is not installed
-        return "unknown"
-
-
-@click.group(name="jobchain", context_settings={"help_option_names": ["-h", "--help"]})
-@click.version_option(_version(), "-V", "--version", prog_name="jobchain")
-def main() -> None:
-    """Durable, typed job chains that commit with your database transaction."""
 
 
 def _installed_version(distribution: str) -> str:
@@ -53,7 +35,7 @@ def _row(entry: RegisteredBackend) -> tuple[str, ...]:
     )
 
 
-@main.command("backends")
+@click.command("backends")
 def backends_command() -> None:
     """List the installed backends: scheme, role, distribution, version and factory."""
     try:
@@ -68,20 +50,3 @@ def backends_command() -> None:
             f"{failure.error}",
             err=True,
         )
-
-
-# ---------------------------------------------------------------- Commands
-# Further commands live in their own modules and are attached here.
-
-from jobchain.cli_migrate import migrate_command  # noqa: E402 -- attached after main is defined
-from jobchain.cli_worker import worker_command  # noqa: E402
-
-main.add_command(migrate_command)
-main.add_command(worker_command)
-
-
-__all__ = ["NOTIFY_URL_HELP", "STATE_URL_HELP", "main"]
-
-
-if __name__ == "__main__":
-    main()

@@ -6,7 +6,7 @@ import asyncio
 
 import click
 
-from jobchain.cli_common import STATE_URL_HELP
+from jobchain.cli.common import STATE_URL_HELP
 from jobchain.errors import JobchainError
 
 

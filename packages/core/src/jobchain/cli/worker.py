@@ -14,7 +14,7 @@ from typing import Any
 
 import click
 
-from jobchain.cli_common import NOTIFY_URL_HELP, STATE_URL_HELP
+from jobchain.cli.common import NOTIFY_URL_HELP, STATE_URL_HELP
 from jobchain.errors import InvalidArgumentError, JobchainError, SchemaNotMigratedError
 from jobchain.job_types import UNSET, JobTypes, MaxAttempts
 from jobchain.worker.processors import Processors

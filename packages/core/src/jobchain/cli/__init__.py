@@ -1,0 +1,57 @@
+"""The ``jobchain`` command line (click). Entry point: ``jobchain = "jobchain.cli:main"``.
+
+Every command lives in its own module of this package and is listed in :data:`COMMANDS`
+(name → ``"module:attr"`` and its help line). The group imports a command's module only
+when that command runs, so ``jobchain --help`` stays fast and needs no optional extra.
+"""
+
+from __future__ import annotations
+
+from importlib.metadata import PackageNotFoundError, version
+
+import click
+
+from jobchain.cli.common import NOTIFY_URL_HELP, STATE_URL_HELP
+from jobchain.cli.lazy import LazyCommand, LazyGroup
+
+COMMANDS: dict[str, LazyCommand] = {
+    "backends": LazyCommand(
+        target="jobchain.cli.backends:backends_command",
+        help="List the installed backends: scheme, role, distribution, version and factory.",
+    ),
+    "dashboard": LazyCommand(
+        target="jobchain.cli.dashboard:dashboard_command",
+        help="Serve the web dashboard (pip install 'jobchain[dashboard]').",
+        extra="dashboard",
+    ),
+    "migrate": LazyCommand(
+        target="jobchain.cli.migrate:migrate_command",
+        help="Create or upgrade the job tables of the state backend.",
+    ),
+    "worker": LazyCommand(
+        target="jobchain.cli.worker:worker_command",
+        help="Run a worker for the processors at TARGET (MODULE:ATTRIBUTE).",
+    ),
+}
+"""The command table: adding a command is one entry here and one module beside this one."""
+
+
+def _version() -> str:
+    try:
+        return version("jobchain")
+    except PackageNotFoundError:  # running from a source tree that is not installed
+        return "unknown"
+
+
+@click.group(
+    name="jobchain",
+    cls=LazyGroup,
+    table=COMMANDS,
+    context_settings={"help_option_names": ["-h", "--help"]},
+)
+@click.version_option(_version(), "-V", "--version", prog_name="jobchain")
+def main() -> None:
+    """Durable, typed job chains that commit with your database transaction."""
+
+
+__all__ = ["COMMANDS", "NOTIFY_URL_HELP", "STATE_URL_HELP", "main"]
