@@ -223,6 +223,7 @@ async def complete_jobs(
             worker_id=item.worker_id,
             lease_generation=item.job.lease_generation,
             now=item.now,
+            running=item.job,
         )
         for item in items
     ]

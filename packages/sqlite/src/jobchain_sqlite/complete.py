@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Awaitable, Callable, Sequence
+from datetime import datetime
 
 from jobchain.contracts.state import COMPLETION_REFUSALS, JobComplete, JobCompleted
 from jobchain.entities import Job, JobStatus, utcnow
@@ -24,7 +25,16 @@ from jobchain.errors import (
     JobTakenByAnotherWorkerError,
 )
 from jobchain_sqlite.context import TxContext
-from jobchain_sqlite.rows import dump_json, fmt_time, job_from_row, json_list, running_job_from_row
+from jobchain_sqlite.rows import (
+    completed_from_running,
+    dump_json,
+    fmt_time,
+    job_from_row,
+    json_list,
+    load_json,
+    parse_time,
+    running_job_from_row,
+)
 
 
 def lease_error(job_id: str, worker_id: str | None, job: Job | None) -> JobchainError:
@@ -47,6 +57,19 @@ def lease_error(job_id: str, worker_id: str | None, job: Job | None) -> Jobchain
 
 
 _FINISHED = (JobStatus.FAILED, JobStatus.CANCELLED)
+
+
+def _known(item: JobComplete) -> bool:
+    """Whether ``item`` carries the job as claimed under the lease it completes."""
+    running = item.running
+    return (
+        running is not None
+        and item.lease_generation is not None
+        and running.id == item.job_id
+        and running.status is JobStatus.RUNNING
+        and running.lease_generation == item.lease_generation
+        and running.leased_by == item.worker_id
+    )
 
 
 async def _refused_or(completion: Awaitable[JobCompleted]) -> JobCompleted | JobchainError:
@@ -72,20 +95,29 @@ async def jobs_complete(
 
     default_now = fmt_time(utcnow())
     nows = [default_now if item.now is None else fmt_time(item.now) for item in items]
+    outputs = [dump_json(item.output, f"output of job {item.job_id}") for item in items]
     encoded = [
-        [
-            item.job_id,
-            item.worker_id,
-            item.lease_generation,
-            dump_json(item.output, f"output of job {item.job_id}"),
-            now,
-        ]
-        for item, now in zip(items, nows, strict=True)
+        [item.job_id, item.worker_id, item.lease_generation, output, now]
+        for item, output, now in zip(items, outputs, nows, strict=True)
     ]
-    rows = await ctx.fetch(ctx.q.jobs_complete, {"items": json.dumps(encoded, separators=(",", ":"))})
-    completed = {
-        row["id"]: (running_job_from_row(row), not row["has_next"], bool(row["is_blocker"])) for row in rows
-    }
+    payload = {"items": json.dumps(encoded, separators=(",", ":"))}
+    completed: dict[str, tuple[Job, bool, bool]]
+    if all(_known(item) for item in items):
+        # The plain group commit: the jobs are built from the worker's copies (see
+        # JobComplete.running), so the statement returns three columns instead of 29.
+        known = {row[0].job_id: row for row in zip(items, outputs, nows, strict=True)}
+        times: dict[str, datetime] = {}
+        completed = {}
+        for row in await ctx.fetch(ctx.q.jobs_complete_known, payload):
+            item, output, now = known[row["id"]]
+            at = times.get(now) or times.setdefault(now, parse_time(now))
+            job = completed_from_running(item.running, load_json(output), at, item.worker_id)  # type: ignore[arg-type]
+            completed[job.id] = (job, not row["has_next"], bool(row["is_blocker"]))
+    else:
+        completed = {
+            row["id"]: (running_job_from_row(row), not row["has_next"], bool(row["is_blocker"]))
+            for row in await ctx.fetch(ctx.q.jobs_complete, payload)
+        }
 
     refused: dict[str, Job] = {}
     if len(completed) < len(items):

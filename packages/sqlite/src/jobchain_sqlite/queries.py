@@ -65,6 +65,7 @@ class Queries:
     job_complete: str
     job_unblock: str
     jobs_complete: str
+    jobs_complete_known: str
     jobs_unblock: str
     jobs_get: str
     job_fail: str

@@ -230,6 +230,46 @@ def _with_lifecycle(job: Job, lifecycle: Sequence[Any]) -> Job:
     )
 
 
+def completed_from_running(job: Job, output: JsonValue, completed_at: datetime, worker_id: str) -> Job:
+    """``job`` (running, as its worker claimed it) as ``jobs_complete`` leaves it."""
+    # Every field spelled out: Job's generated __init__ is the fast path (replace() is not).
+    return Job(
+        id=job.id,
+        chain_id=job.chain_id,
+        type_name=job.type_name,
+        chain_type_name=job.chain_type_name,
+        chain_index=job.chain_index,
+        status=JobStatus.COMPLETED,
+        input=job.input,
+        output=output,
+        created_at=job.created_at,
+        scheduled_at=job.scheduled_at,
+        attempt=job.attempt,
+        last_attempt_at=job.last_attempt_at,
+        last_attempt_error=None,
+        first_attempt_at=job.first_attempt_at,
+        attempt_started_at=job.attempt_started_at,
+        leased_by=None,
+        leased_until=None,
+        lease_generation=job.lease_generation,
+        completed_at=completed_at,
+        completed_by=worker_id,
+        deduplication_key=job.deduplication_key,
+        trace_context=job.trace_context,
+        chain_trace_context=job.chain_trace_context,
+        rescued_at=job.rescued_at,
+        rescued_from=job.rescued_from,
+        rescue_reason=job.rescue_reason,
+        attempt_errors=job.attempt_errors,
+        attempt_base=job.attempt_base,
+        failed_at=job.failed_at,
+        cancelled_at=job.cancelled_at,
+        cancel_reason=job.cancel_reason,
+        failed_by_chain_id=job.failed_by_chain_id,
+        runs_after_failed_blockers=job.runs_after_failed_blockers,
+    )
+
+
 def attempt_error_json(error: AttemptError | None) -> str | None:
     """An error history entry as the JSON text the statements append (None: no entry)."""
     if error is None:

@@ -432,6 +432,13 @@ class JobComplete:
     worker_id: str | None = None
     lease_generation: int | None = None
     now: datetime | None = None
+    running: Job | None = None
+    """The job as its worker claimed it (``lease_generation`` equal to the item's), or None.
+
+    Only a hint: every guard still applies. While the lease generation matches, no other
+    operation has changed the row but for its lease expiry, so an adapter may build the
+    completed job from this copy instead of reading the row back (a group commit's rows).
+    """
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
