@@ -21,10 +21,11 @@ from jobchain.completion import (
     blocker_ids,
     buffer_created,
     check_schedule,
+    create_observed,
     resolve_blockers,
 )
 from jobchain.contracts.notify import AnnouncesWithinState, NotifyAdapter
-from jobchain.contracts.observe import Observer
+from jobchain.contracts.observe import Observer, ObservesAttempts, ObservesJobCreation
 from jobchain.contracts.state import (
     MAX_PAGE_SIZE,
     ChainGet,
@@ -116,6 +117,31 @@ class Client(ClientLifecycle):
             notify.announce_channel_for(state) if isinstance(notify, AnnouncesWithinState) else None
         )
         self._joined = JoinedFlushes(state)
+        self._abilities_of: tuple[Observer, ...] | None = None
+        self._attempt_observers: tuple[ObservesAttempts, ...] = ()
+        self._creation_observers: tuple[ObservesJobCreation, ...] = ()
+
+    @property
+    def attempt_observers(self) -> tuple[ObservesAttempts, ...]:
+        """The observers with the :class:`ObservesAttempts` ability (usually none)."""
+        if self.observers is not self._abilities_of:
+            self._find_abilities()
+        return self._attempt_observers
+
+    @property
+    def creation_observers(self) -> tuple[ObservesJobCreation, ...]:
+        """The observers with the :class:`ObservesJobCreation` ability (usually none)."""
+        if self.observers is not self._abilities_of:
+            self._find_abilities()
+        return self._creation_observers
+
+    def _find_abilities(self) -> None:
+        # Once per observer set (``observers`` may be replaced, e.g. by jobchain.telemetry's
+        # instrument()): the per-job paths then test a tuple, never isinstance.
+        observers = self.observers
+        self._attempt_observers = tuple(o for o in observers if isinstance(o, ObservesAttempts))
+        self._creation_observers = tuple(o for o in observers if isinstance(o, ObservesJobCreation))
+        self._abilities_of = observers
 
     # ------------------------------------------------------------ lifecycle
 
@@ -245,9 +271,14 @@ class Client(ClientLifecycle):
             for job in jobs:
                 job_type = self.job_types.get(job.type_name)
                 self.job_types.check_blockers(job_type, [chains[b].type_name for b in job.blocker_chain_ids])
-        created = await tx.state.jobs_create(
-            JobsCreate(jobs=jobs, now=self._now(), announce_on=self._announce_on)
-        )
+        else:
+            chains = {}
+        params = JobsCreate(jobs=jobs, now=self._now(), announce_on=self._announce_on)
+        observing = self.creation_observers
+        if observing:
+            created = await create_observed(tx.state, params, observing, chains, None)
+        else:
+            created = await tx.state.jobs_create(params)
         existing = await self._existing_chains(tx, [c.job.chain_id for c in created if c.deduplicated])
         hooks = tx.hooks
         new_root = next((c.job for c in created if not c.deduplicated), None)

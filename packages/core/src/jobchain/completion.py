@@ -7,11 +7,13 @@ transaction's hooks: they go out only after commit.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
+import logging
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, replace
 from datetime import datetime
 from typing import Any, Generic, TypeVar
 
+from jobchain.contracts.observe import CreationScope, ObservesJobCreation
 from jobchain.contracts.state import (
     COMPLETION_REFUSALS,
     MAX_PAGE_SIZE,
@@ -35,6 +37,8 @@ from jobchain.errors import (
 )
 from jobchain.job_types import JobType, JobTypes
 from jobchain.transactions import Transaction, TransactionHooks
+
+log = logging.getLogger("jobchain.observe")
 
 I = TypeVar("I")  # noqa: E741 -- conventional input/output type variable names
 O = TypeVar("O")  # noqa: E741
@@ -175,11 +179,19 @@ async def finish_job(
     else:
         if output is not None:
             raise InvalidArgumentError("pass either an output or a continuation, not both")
-        new_job = await _continuation_job(tx.state, job, job_type, job_types, continuation)
+        new_job, blockers = await _continuation_job(tx.state, job, job_type, job_types, continuation)
 
     created: JobCreated | None = None
     if new_job is not None:
-        [created] = await tx.state.jobs_create(JobsCreate(jobs=[new_job], now=now))
+        params = JobsCreate(jobs=[new_job], now=now)
+        # The client that opened tx (a continuation needs no client otherwise).
+        observing: tuple[ObservesJobCreation, ...] = getattr(
+            getattr(tx, "_owner", None), "creation_observers", ()
+        )
+        if observing:
+            [created] = await create_observed(tx.state, params, observing, blockers, job)
+        else:
+            [created] = await tx.state.jobs_create(params)
     completed = await tx.state.job_complete(
         JobComplete(
             job_id=job.id,
@@ -251,7 +263,7 @@ async def complete_jobs(
 
 async def _continuation_job(
     state: StateTx, job: Job, job_type: JobType[Any, Any], job_types: JobTypes, spec: ContinuationSpec
-) -> NewJob:
+) -> tuple[NewJob, dict[str, Chain]]:
     if not isinstance(spec, ContinuationSpec):
         raise InvalidArgumentError(f"continuation must be a ContinuationSpec, got {spec!r}")
     next_type = job_types.resolve(spec.job_type)
@@ -260,12 +272,13 @@ async def _continuation_job(
     job_id = validate_id(spec.id) if spec.id is not None else new_id()
     schedule = check_schedule(spec.schedule)
     ids = blocker_ids(spec.blockers)
+    chains: dict[str, Chain] = {}
     if ids:
         chains = await resolve_blockers(state, ids)
         job_types.check_blockers(next_type, [chains[i].type_name for i in ids])
     else:
         job_types.check_blockers(next_type, [])
-    return NewJob(
+    new_job = NewJob(
         id=job_id,
         type_name=next_type.name,
         chain_type_name=job.chain_type_name,
@@ -275,7 +288,62 @@ async def _continuation_job(
         schedule=schedule,
         blocker_chain_ids=ids,
         runs_after_failed_blockers=next_type.runs_after_failed_blockers,
+        # The chain's trace context (its start's) follows the chain through every job.
+        chain_trace_context=job.chain_trace_context,
     )
+    return new_job, chains
+
+
+async def create_observed(
+    state: StateTx,
+    params: JobsCreate,
+    observers: Sequence[ObservesJobCreation],
+    blockers: Mapping[str, Chain],
+    parent: Job | None,
+) -> list[JobCreated]:
+    """``jobs_create`` inside the creation scopes of ``observers`` (see ``ObservesJobCreation``).
+
+    Each new job gets the carrier the scopes fill as its ``trace_context``; a chain root
+    also as its ``chain_trace_context``. An observer that fails is logged and left out.
+    """
+    jobs = params.jobs
+    scopes: list[CreationScope] = []
+    for observer in observers:
+        try:
+            scopes.append(observer.creation_scope(jobs, blockers, parent))
+        except Exception:
+            log.exception("observer %r failed to open a creation scope", observer)
+    carried: list[NewJob] = []
+    for index, new in enumerate(jobs):
+        carrier: dict[str, str] = {}
+        for scope in scopes:
+            try:
+                scope.inject(index, carrier)
+            except Exception:
+                log.exception("creation scope %r failed to inject", scope)
+        if not carrier:
+            carried.append(new)
+        elif new.chain_id is None:
+            carried.append(replace(new, trace_context=carrier, chain_trace_context=carrier))
+        else:
+            carried.append(replace(new, trace_context=carrier))
+    try:
+        created = await state.jobs_create(replace(params, jobs=carried))
+    except BaseException as error:
+        _end_scopes(scopes, None, error)
+        raise
+    _end_scopes(scopes, created, None)
+    return list(created)
+
+
+def _end_scopes(
+    scopes: Sequence[CreationScope], created: Sequence[JobCreated] | None, error: BaseException | None
+) -> None:
+    for scope in scopes:
+        try:
+            scope.end(created, error)
+        except Exception:
+            log.exception("creation scope %r failed to end", scope)
 
 
 def _buffer_finished(

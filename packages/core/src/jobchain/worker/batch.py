@@ -23,6 +23,7 @@ from jobchain.entities import Job
 from jobchain.errors import JobchainError
 from jobchain.worker.abort import AbortReason, AbortSignal
 from jobchain.worker.deadline import Deadline
+from jobchain.worker.emitter import AttemptScopes
 from jobchain.worker.failures import fail_over_limit, over_limit, record_failure
 from jobchain.worker.ownership import OWNERSHIP_LOSSES, reason_for_error
 from jobchain.worker.runner import AttemptSettings
@@ -87,7 +88,21 @@ class BatchRunner:
         self._lost: set[str] = set()
 
     async def run(self, *, renew_first: bool = False) -> None:
-        """Run the batch; never raises except on cancellation."""
+        """Run the batch; never raises except on cancellation.
+
+        Inside the scopes of the client's ``ObservesAttempts`` observers (one for the batch).
+        """
+        observing = self.client.attempt_observers
+        if not observing:
+            await self._run(renew_first, None)
+            return
+        scope = AttemptScopes(observing, self.jobs, self.worker_id)
+        try:
+            await self._run(renew_first, scope)
+        finally:
+            scope.exit()
+
+    async def _run(self, renew_first: bool, scope: AttemptScopes | None) -> None:
         for job in self.jobs:
             self.on_event("job_attempt_started", job, {})
         if renew_first:
@@ -126,6 +141,8 @@ class BatchRunner:
         except BaseException as error:
             if isinstance(error, (KeyboardInterrupt, SystemExit)):
                 raise
+            if scope is not None:
+                scope.error(error)
             await self._reschedule_each([(job, error) for job in jobs if job.id not in self._lost])
             return
         finally:

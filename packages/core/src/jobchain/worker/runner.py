@@ -4,18 +4,20 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Coroutine
 from dataclasses import dataclass
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 
 from jobchain.contracts import JobGet, JobRenewLease
+from jobchain.contracts.observe import ObservesAttempts
 from jobchain.entities import Job
 from jobchain.job_types import DEFAULT_MAX_ATTEMPTS
 from jobchain.worker.abort import AbortReason
 from jobchain.worker.attempt import Attempt, Continue, HandlerDidNotCompleteError
 from jobchain.worker.backoff import DEFAULT_RECOVERY_BACKOFF, Backoff, LeaseConfig
 from jobchain.worker.deadline import Deadline
+from jobchain.worker.emitter import AttemptScopes
 from jobchain.worker.failures import (
     MAX_ERROR_LENGTH,
     RESCHEDULE_TRIES,
@@ -99,8 +101,25 @@ class AttemptRunner:
         self.watched = False
         """Whether the attempt listens for ownership loss (staged mode, or a long attempt)."""
 
-    async def run(self) -> None:
-        """Run the attempt to its end; never raises except on cancellation."""
+    def run(self) -> Coroutine[Any, Any, None]:
+        """Run the attempt to its end (await the result); never raises except on cancellation.
+
+        Inside the scopes of the client's ``ObservesAttempts`` observers, if it has any. A plain
+        function returning the coroutine: without such observers, no extra frame per attempt.
+        """
+        observing = self.client.attempt_observers
+        if not observing:
+            return self._run(None)
+        return self._run_scoped(observing)
+
+    async def _run_scoped(self, observing: tuple[ObservesAttempts, ...]) -> None:
+        scope = AttemptScopes(observing, (self.job,), self.worker_id)
+        try:
+            await self._run(scope)
+        finally:
+            scope.exit()
+
+    async def _run(self, scope: AttemptScopes | None) -> None:
         if over_limit(self.job, self.settings):
             await fail_over_limit(self.client, self.job, self.worker_id, self.settings, self.on_event)
             return
@@ -108,6 +127,8 @@ class AttemptRunner:
         try:
             attempt: Attempt[Any, Any] = Attempt(self.client, self.processor, self.job, self.worker_id)
         except Exception as error:  # stored input no longer matches the type: retry later
+            if scope is not None:
+                scope.error(error)
             await self._reschedule(error)
             return
         self.attempt = attempt
@@ -131,6 +152,8 @@ class AttemptRunner:
             raise
         except OWNERSHIP_LOSSES as error:
             await attempt.close_failure(error)
+            if scope is not None:
+                scope.error(error)
             reason = reason_for_error(error)
             attempt.signal.abort(reason)
             if reason is AbortReason.SHUTDOWN:
@@ -142,6 +165,8 @@ class AttemptRunner:
             await attempt.close_failure(error)
             if isinstance(error, (KeyboardInterrupt, SystemExit)):
                 raise
+            if scope is not None:
+                scope.error(error)
             await self._reschedule(error)
         else:
             self.on_event(
