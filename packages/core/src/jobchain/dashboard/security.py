@@ -1,0 +1,216 @@
+"""Authentication, sessions, CSRF tokens and security headers of the dashboard.
+
+A session is a signed cookie (HMAC-SHA256, no server-side store): a random id, whether it
+has logged in, and its expiry. The signing key is derived from the settings' secret key and
+the credentials, so changing a password or token ends every session. Requests may also
+authenticate per request with ``Authorization: Bearer <token>`` or HTTP basic credentials.
+
+Every action is a POST carrying ``csrf_token``: an HMAC of the session id, so a page from
+another site cannot forge one (it cannot read the cookie nor our pages). A request whose
+``Origin`` names another host is refused too.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import hashlib
+import hmac
+import secrets
+import time
+from dataclasses import dataclass
+from typing import Final
+
+from starlette.datastructures import MutableHeaders
+from starlette.requests import HTTPConnection
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from jobchain.dashboard.settings import DashboardCredentialsError, DashboardSettings
+
+COOKIE: Final = "jobchain_dashboard"
+CSP: Final = (
+    "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self' data:; "
+    "connect-src 'self'; form-action 'self'; frame-ancestors 'none'; base-uri 'none'"
+)
+"""No inline script or style anywhere: injected markup could not run even if it escaped."""
+PUBLIC_PATHS: Final = ("/static/", "/login")
+
+
+@dataclass(frozen=True, slots=True)
+class Session:
+    """The caller's session: ``sid`` keys its CSRF token; ``authenticated`` after a login."""
+
+    sid: str
+    authenticated: bool
+    expires: int
+
+
+class Guard:
+    """Checks credentials, signs sessions and CSRF tokens for one dashboard app."""
+
+    def __init__(self, settings: DashboardSettings) -> None:
+        if not settings.has_credentials and not settings.allow_anonymous:
+            raise DashboardCredentialsError(
+                "the dashboard needs credentials: DashboardSettings(token=...) or username= and "
+                "password= (or JOBCHAIN_DASHBOARD_TOKEN); allow_anonymous=True only when your own "
+                "app authenticates every request before it reaches the dashboard"
+            )
+        self.settings = settings
+        secret = settings.secret_key or secrets.token_bytes(32)
+        material = "\0".join([settings.token or "", settings.username or "", settings.password or ""])
+        self._key = hmac.new(secret, b"jobchain-dashboard\0" + material.encode(), hashlib.sha256).digest()
+
+    # ------------------------------------------------------------ credentials
+
+    def check_authorization(self, header: str | None) -> bool:
+        """True when an ``Authorization`` header carries valid bearer or basic credentials."""
+        if not header:
+            return False
+        scheme, _, value = header.partition(" ")
+        scheme = scheme.lower()
+        if scheme == "bearer":
+            return self.check_token(value.strip())
+        if scheme == "basic":
+            try:
+                decoded = base64.b64decode(value.strip(), validate=True).decode()
+            except (binascii.Error, UnicodeDecodeError):
+                return False
+            user, colon, password = decoded.partition(":")
+            return bool(colon) and self.check_password(user, password)
+        return False
+
+    def check_token(self, token: str) -> bool:
+        expected = self.settings.token
+        return expected is not None and _same(token, expected)
+
+    def check_password(self, username: str, password: str) -> bool:
+        user, expected = self.settings.username, self.settings.password
+        if user is None or expected is None:
+            return False
+        # Both compared, always: the time taken does not say which one was wrong.
+        return _same(username, user) & _same(password, expected)
+
+    # ------------------------------------------------------------ sessions
+
+    def new_session(self, *, authenticated: bool) -> Session:
+        max_age = int(self.settings.session_max_age.total_seconds())
+        return Session(secrets.token_urlsafe(18), authenticated, int(time.time()) + max_age)
+
+    def dump(self, session: Session) -> str:
+        body = f"{session.sid}.{int(session.authenticated)}.{session.expires}"
+        return f"{body}.{self._sign(body)}"
+
+    def load(self, cookie: str | None) -> Session | None:
+        """The session in ``cookie`` if its signature holds and it has not expired."""
+        if not cookie:
+            return None
+        body, _, signature = cookie.rpartition(".")
+        if not body or not hmac.compare_digest(signature, self._sign(body)):
+            return None
+        sid, flag, expires = [*body.split("."), "", "", ""][:3]
+        if not expires.isdigit() or int(expires) < time.time() or flag not in ("0", "1"):
+            return None
+        return Session(sid, flag == "1", int(expires))
+
+    def csrf_token(self, session: Session) -> str:
+        return self._sign("csrf." + session.sid)
+
+    def check_csrf(self, session: Session, token: object) -> bool:
+        return isinstance(token, str) and hmac.compare_digest(token, self.csrf_token(session))
+
+    def _sign(self, text: str) -> str:
+        digest = hmac.new(self._key, text.encode(), hashlib.sha256).digest()
+        return base64.urlsafe_b64encode(digest).decode().rstrip("=")
+
+
+def _same(given: str, expected: str) -> bool:
+    return hmac.compare_digest(given.encode(), expected.encode())
+
+
+def route_path(scope: Scope) -> str:
+    """The request path below the app's mount point (``root_path``)."""
+    path: str = scope.get("path", "")
+    root: str = scope.get("root_path", "")
+    return path[len(root) :] or "/" if root and path.startswith(root) else path
+
+
+def cookie_header(guard: Guard, session: Session, scope: Scope) -> str:
+    secure = "; Secure" if scope.get("scheme") == "https" else ""
+    path = scope.get("root_path") or "/"
+    max_age = int(guard.settings.session_max_age.total_seconds())
+    return (
+        f"{COOKIE}={guard.dump(session)}; Path={path}; Max-Age={max_age}; HttpOnly; SameSite=Strict{secure}"
+    )
+
+
+class GuardMiddleware:
+    """Authenticates every request but static files and the login page, keeps the session
+    cookie and adds the security headers to every response."""
+
+    def __init__(self, app: ASGIApp, guard: Guard) -> None:
+        self.app = app
+        self.guard = guard
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        guard = self.guard
+        connection = HTTPConnection(scope)
+        session = guard.load(connection.cookies.get(COOKIE))
+        fresh = session is None
+        if session is None:
+            session = guard.new_session(authenticated=False)
+        by_header = guard.check_authorization(connection.headers.get("authorization"))
+        authenticated = session.authenticated or by_header or guard.settings.allow_anonymous
+        scope.setdefault("state", {})
+        scope["state"].update(jobchain_session=session, jobchain_authenticated=authenticated)
+        path = route_path(scope)
+        static = path.startswith("/static/")
+
+        async def send_with_headers(message: Message) -> None:
+            if message["type"] == "http.response.start":
+                headers = MutableHeaders(scope=message)
+                headers.setdefault("Content-Security-Policy", CSP)
+                headers.setdefault("X-Frame-Options", "DENY")
+                headers.setdefault("X-Content-Type-Options", "nosniff")
+                headers.setdefault("Referrer-Policy", "same-origin")
+                if not static:
+                    headers.setdefault("Cache-Control", "no-store")
+                    if fresh and "set-cookie" not in headers:
+                        headers.append("Set-Cookie", cookie_header(guard, session, scope))
+            await send(message)
+
+        if authenticated or static or path == "/login":
+            await self.app(scope, receive, send_with_headers)
+            return
+        await refuse(scope, receive, send_with_headers, guard)
+
+
+async def refuse(scope: Scope, receive: Receive, send: Send, guard: Guard) -> None:
+    """401 for scripts; a browser asking for a page is sent to the login form."""
+    from starlette.responses import PlainTextResponse, RedirectResponse
+
+    connection = HTTPConnection(scope)
+    wants_page = scope.get("method") == "GET" and "text/html" in connection.headers.get("accept", "")
+    if wants_page and "authorization" not in connection.headers:
+        target = route_path(scope)
+        if connection.url.query:
+            target += "?" + connection.url.query
+        from urllib.parse import urlencode
+
+        root = scope.get("root_path", "")
+        response: PlainTextResponse | RedirectResponse = RedirectResponse(
+            f"{root}/login?{urlencode({'next': target})}", status_code=303
+        )
+    else:
+        challenge = 'Basic realm="jobchain", charset="UTF-8"' if guard.settings.username else "Bearer"
+        response = PlainTextResponse(
+            "authentication required: log in, or send a bearer token or basic credentials",
+            status_code=401,
+            headers={"WWW-Authenticate": challenge},
+        )
+    await response(scope, receive, send)
+
+
+__all__ = ["COOKIE", "CSP", "Guard", "GuardMiddleware", "Session", "cookie_header", "route_path"]
