@@ -40,10 +40,12 @@ from jobchain.contracts import (
     JobsTrigger,
     JobsTriggered,
     NewJob,
+    QueueStatsGet,
     StateAdapter,
     StateTx,
 )
 from jobchain.entities import AttemptError, Chain, Deduplication, Job, JsonValue, Schedule, new_id
+from jobchain.stats import DURATION_SAMPLE, DURATION_WINDOW, STATS_WINDOWS, QueueStats
 
 E = TypeVar("E", bound=Exception)
 T = TypeVar("T")
@@ -239,6 +241,31 @@ async def next_available(
     """Time until the earliest pending job of ``type_names`` is eligible."""
     async with adapter.transaction(read_only=True) as tx:
         return await tx.job_next_available(JobNextAvailable(type_names=type_names, now=now))
+
+
+async def queue_stats(
+    adapter: StateAdapter,
+    *,
+    now: datetime,
+    type_names: Sequence[str] = (),
+    windows: Sequence[timedelta] = STATS_WINDOWS,
+    duration_window: timedelta = DURATION_WINDOW,
+    duration_sample: int = DURATION_SAMPLE,
+    throughput_window: timedelta | None = None,
+    throughput_step: timedelta = timedelta(minutes=1),
+) -> QueueStats:
+    """Queue health at ``now``, read in a read-only transaction."""
+    params = QueueStatsGet(
+        type_names=type_names,
+        windows=windows,
+        duration_window=duration_window,
+        duration_sample=duration_sample,
+        throughput_window=throughput_window,
+        throughput_step=throughput_step,
+        now=now,
+    )
+    async with adapter.transaction(read_only=True) as tx:
+        return await tx.queue_stats(params)
 
 
 # ---------------------------------------------------------------- worker transitions

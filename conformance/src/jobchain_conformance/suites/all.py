@@ -64,6 +64,7 @@ from jobchain_conformance.suites.state_listing import (
     JobsListTests,
 )
 from jobchain_conformance.suites.state_pagination import CursorTests, PageSizeTests
+from jobchain_conformance.suites.state_queue_stats import QueueStatsTests
 from jobchain_conformance.suites.state_rescue import (
     ConcurrentReleaseTests,
     FencingAfterReleaseTests,
@@ -116,6 +117,7 @@ class StateAdapterSuite(
     JobsTriggerTests,
     ChainsDeleteTests,
     LifecycleStateTests,
+    QueueStatsTests,
     ResultOrderTests,
     RefusedArgumentTests,
     ChainsListTests,

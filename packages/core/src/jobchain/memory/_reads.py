@@ -8,7 +8,7 @@ from itertools import islice
 from typing import Any, TypeVar
 
 from jobchain.contracts.state import BlockedJobsList, ChainJobsList, ChainsList, JobsList
-from jobchain.entities import Chain, Job, Page
+from jobchain.entities import Chain, Job, JobStatus, Page
 from jobchain.errors import InvalidCursorError
 from jobchain.memory._store import CreatedKey, created_key
 from jobchain.memory._views import View, beyond
@@ -135,6 +135,7 @@ def jobs_list(view: View, params: JobsList) -> Page[Job]:
     chain_type_names = set(params.chain_type_names)
     statuses = set(params.statuses)
     error_types = set(params.error_types)
+    leased_by = set(params.leased_by)
 
     def jobs() -> Iterator[Job]:
         for job in _within(
@@ -149,6 +150,8 @@ def jobs_list(view: View, params: JobsList) -> Page[Job]:
             if error_types and (
                 not job.attempt_errors or job.attempt_errors[-1].error_type not in error_types
             ):
+                continue
+            if leased_by and (job.status is not JobStatus.RUNNING or job.leased_by not in leased_by):
                 continue
             yield job
 

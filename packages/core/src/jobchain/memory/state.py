@@ -47,6 +47,7 @@ from jobchain.contracts.state import (
     JobsRetry,
     JobsTrigger,
     JobsTriggered,
+    QueueStatsGet,
     StateTx,
     WorkerHeartbeat,
     WorkerHeartbeatResult,
@@ -54,9 +55,10 @@ from jobchain.contracts.state import (
 )
 from jobchain.entities import Chain, Job, Page, WorkerInfo, utcnow
 from jobchain.errors import AdapterClosedError, InvalidArgumentError, TransientStateError
-from jobchain.memory import _deletion, _lifecycle, _reads, _workers, _writes
+from jobchain.memory import _deletion, _lifecycle, _reads, _stats, _workers, _writes
 from jobchain.memory._store import START, Blocked, Mark, Store, TxState
 from jobchain.memory._views import View, view_for
+from jobchain.stats import QueueStats
 
 T = TypeVar("T")
 
@@ -280,6 +282,10 @@ class MemoryStateTx:
     async def job_next_available(self, params: JobNextAvailable) -> timedelta | None:
         view = self._view()
         return _reads.job_next_available(view, params.type_names, self._adapter._now(params.now))
+
+    async def queue_stats(self, params: QueueStatsGet) -> QueueStats:
+        view = self._view()
+        return _stats.queue_stats(view, params, self._adapter._now(params.now))
 
     # ------------------------------------------------------------ worker transitions
 
