@@ -27,33 +27,34 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from jobchain.contracts import ChainsDelete, JobsCreate, JobsList, QueueStatsGet, StateAdapter
-from jobchain.entities import Job, JobStatus, Schedule
+from jobchain.contracts import ChainsDelete, JobsCreate, QueueStatsGet, StateAdapter
+from jobchain.entities import JobStatus, Schedule
 from jobchain.errors import InvalidArgumentError
-from jobchain.stats import ERROR_TYPES_KEPT, QueueStats, TypeStats, WindowCounts
+from jobchain.stats import WindowCounts
 from jobchain_conformance.helpers import (
-    LEASE,
-    OTHER_WORKER,
-    WORKER,
-    acquire_job,
     assert_time,
-    attempt_error,
     cancel,
-    complete,
     continue_chain,
-    fail,
-    ids,
     in_transaction,
     new_job,
     queue_stats,
     reap,
-    retry,
     run_and_complete,
     start,
 )
 from jobchain_conformance.suites._base import StateSuiteBase
 from jobchain_conformance.suites.state_isolation import open_writer, read
-from jobchain_conformance.suites.state_lifecycle_fail import rescheduled_with
+from jobchain_conformance.suites.state_queue_stats_errors import QueueStatsErrorTypeTests
+from jobchain_conformance.suites.state_queue_stats_leased import JobsListLeasedByTests
+from jobchain_conformance.suites.state_queue_stats_support import (
+    counts,
+    failed_with,
+    names,
+    running,
+    start_completed_of,
+    type_stats,
+    zeros,
+)
 from jobchain_conformance.suites.state_queue_stats_time import (
     QueueStatsDurationTests,
     QueueStatsThroughputTests,
@@ -62,51 +63,6 @@ from jobchain_conformance.suites.state_queue_stats_time import (
 
 SECOND = timedelta(seconds=1)
 HOUR = timedelta(hours=1)
-
-
-def counts(stats: TypeStats) -> dict[str, int]:
-    """The count figures of one type, named (for readable failures)."""
-    return {
-        "blocked": stats.blocked,
-        "pending": stats.pending,
-        "due": stats.due,
-        "scheduled": stats.scheduled,
-        "running": stats.running,
-        "expired_leases": stats.expired_leases,
-        "completed": stats.completed,
-        "failed": stats.failed,
-        "cancelled": stats.cancelled,
-    }
-
-
-def zeros(**figures: int) -> dict[str, int]:
-    """:func:`counts` of a type with only ``figures`` set."""
-    return {**dict.fromkeys(counts(TypeStats(type_name="")), 0), **figures}
-
-
-def names(stats: QueueStats) -> list[str]:
-    return [item.type_name for item in stats.types]
-
-
-def type_stats(stats: QueueStats, type_name: str) -> TypeStats:
-    """The listed figures of ``type_name``, which must be listed."""
-    assert type_name in names(stats), f"{type_name!r} is not listed in {names(stats)}"
-    return stats.get(type_name)
-
-
-async def running(
-    adapter: StateAdapter, now: datetime, *, type_name: str, worker_id: str = WORKER, lease: timedelta = LEASE
-) -> Job:
-    """A new job of ``type_name`` (no other pending job of that type) claimed at ``now``."""
-    job = await start(adapter, now=now, type_name=type_name)
-    return await acquire_job(adapter, job, now=now, worker_id=worker_id, lease_for=lease)
-
-
-async def failed_with(adapter: StateAdapter, now: datetime, *, type_name: str, error_type: str | None) -> Job:
-    """A new job failed at ``now`` without a worker, its history one entry (none for None)."""
-    job = await start(adapter, now=now, type_name=type_name)
-    entry = None if error_type is None else attempt_error(0, at=now, error_type=error_type)
-    return (await fail(adapter, job.id, now=now, attempt_error=entry)).job
 
 
 class QueueStatsCountTests:
@@ -269,160 +225,6 @@ class QueueStatsCountTests:
     async def test_invalid_parameters_are_refused(self, arguments: dict[str, object]) -> None:
         with pytest.raises(InvalidArgumentError):
             QueueStatsGet(**arguments)  # type: ignore[arg-type]
-
-
-async def start_completed_of(adapter: StateAdapter, now: datetime, type_name: str) -> Job:
-    job = await start(adapter, now=now, type_name=type_name)
-    return (await complete(adapter, job.id, now=now)).job
-
-
-class QueueStatsErrorTypeTests:
-    """Failed jobs by the type of their last recorded error: the ten most frequent."""
-
-    async def test_failed_jobs_count_by_the_type_of_their_last_error(
-        self, state_adapter: StateAdapter, now: datetime
-    ) -> None:
-        job = await running(state_adapter, now, type_name="a")
-        await rescheduled_with(state_adapter, job, attempt_error(1, at=now, error_type="ValueError"), now=now)
-        again = await acquire_job(state_adapter, job, now=now + SECOND)
-        last = attempt_error(2, at=now + SECOND, error_type="TimeoutError", worker_id=WORKER)
-        await fail(
-            state_adapter,
-            job.id,
-            now=now + SECOND,
-            worker_id=WORKER,
-            lease_generation=again.lease_generation,
-            attempt_error=last,
-        )
-        kept = await start(state_adapter, now=now, type_name="a")  # fails keeping its history
-        await rescheduled_with(
-            state_adapter,
-            await acquire_job(state_adapter, kept, now=now + SECOND),
-            attempt_error(1, at=now, error_type="KeyError"),
-            now=now + SECOND,
-        )
-        await fail(state_adapter, kept.id, now=now + 2 * SECOND)
-        stats = type_stats(await queue_stats(state_adapter, now=now + 3 * SECOND), "a")
-        assert stats.failed == 2
-        assert dict(stats.failed_by_error_type) == {"KeyError": 1, "TimeoutError": 1}
-
-    async def test_a_failed_job_without_history_counts_under_the_empty_type(
-        self, state_adapter: StateAdapter, now: datetime
-    ) -> None:
-        await failed_with(state_adapter, now, type_name="a", error_type=None)
-        await failed_with(state_adapter, now, type_name="a", error_type="ValueError")
-        await failed_with(state_adapter, now, type_name="a", error_type=None)
-        stats = type_stats(await queue_stats(state_adapter, now=now), "a")
-        assert list(stats.failed_by_error_type.items()) == [("", 2), ("ValueError", 1)]
-
-    async def test_only_failed_jobs_are_counted(self, state_adapter: StateAdapter, now: datetime) -> None:
-        pending = await running(state_adapter, now, type_name="a")
-        await rescheduled_with(
-            state_adapter, pending, attempt_error(1, at=now, error_type="ValueError"), now=now
-        )
-        done = await running(state_adapter, now, type_name="b")
-        await rescheduled_with(
-            state_adapter, done, attempt_error(1, at=now, error_type="ValueError"), now=now
-        )
-        await run_and_complete(state_adapter, done, now=now + SECOND)
-        retried = await failed_with(state_adapter, now, type_name="c", error_type="ValueError")
-        await retry(state_adapter, [retried.id], now=now + SECOND)
-        await cancel(state_adapter, [(await start(state_adapter, now=now, type_name="c")).id], now=now)
-        stats = await queue_stats(state_adapter, now=now + 2 * SECOND)
-        for type_name in ["a", "b", "c"]:
-            figures = type_stats(stats, type_name)
-            assert (figures.failed, dict(figures.failed_by_error_type)) == (0, {}), type_name
-
-    async def test_a_job_failed_by_its_blocker_counts_under_that_entrys_type(
-        self, state_adapter: StateAdapter, now: datetime
-    ) -> None:
-        blocker = await start(state_adapter, now=now, type_name="blocker")
-        await start(state_adapter, now=now, type_name="a", blocker_chain_ids=[blocker.id])
-        await fail(state_adapter, blocker.id, now=now)
-        stats = await queue_stats(state_adapter, now=now)
-        assert dict(type_stats(stats, "a").failed_by_error_type) == {"BlockerChainFailed": 1}
-        assert dict(type_stats(stats, "blocker").failed_by_error_type) == {"": 1}
-
-    async def test_the_most_frequent_types_are_kept_ties_by_name(
-        self, state_adapter: StateAdapter, now: datetime
-    ) -> None:
-        singles = [f"E{number:02}" for number in range(3, 14)]  # E03..E13: 11 types seen once
-        for error_type in ["E01", "E01", "E01", "E02", "E02", *reversed(singles)]:
-            await failed_with(state_adapter, now, type_name="a", error_type=error_type)
-        stats = type_stats(await queue_stats(state_adapter, now=now), "a")
-        assert stats.failed == 16
-        expected = [("E01", 3), ("E02", 2), *((name, 1) for name in singles[: ERROR_TYPES_KEPT - 2])]
-        assert list(stats.failed_by_error_type.items()) == expected
-
-
-class JobsListLeasedByTests:
-    """jobs_list(leased_by=...): the running jobs those workers hold."""
-
-    async def test_leased_by_lists_the_running_jobs_of_those_workers(
-        self, state_adapter: StateAdapter, now: datetime
-    ) -> None:
-        mine = await running(state_adapter, now, type_name="a")
-        theirs = await running(state_adapter, now, type_name="b", worker_id=OTHER_WORKER)
-        await running(state_adapter, now, type_name="c", worker_id="worker-c")
-        await start(state_adapter, now=now, type_name="a")
-        assert ids(await leased(state_adapter, [WORKER])) == [mine.id]
-        assert set(ids(await leased(state_adapter, [WORKER, OTHER_WORKER]))) == {mine.id, theirs.id}
-        assert await leased(state_adapter, ["nobody"]) == []
-
-    async def test_jobs_a_worker_finished_or_gave_back_are_not_listed(
-        self, state_adapter: StateAdapter, now: datetime
-    ) -> None:
-        done = await running(state_adapter, now, type_name="a")
-        await complete(
-            state_adapter, done.id, now=now, worker_id=WORKER, lease_generation=done.lease_generation
-        )
-        given_back = await running(state_adapter, now, type_name="b")
-        await rescheduled_with(state_adapter, given_back, attempt_error(1, at=now), now=now)
-        dropped = await running(state_adapter, now, type_name="c")
-        await fail(
-            state_adapter, dropped.id, now=now, worker_id=WORKER, lease_generation=dropped.lease_generation
-        )
-        held = await running(state_adapter, now, type_name="d")
-        assert ids(await leased(state_adapter, [WORKER])) == [held.id]
-
-    async def test_a_running_job_whose_lease_expired_is_still_listed(
-        self, state_adapter: StateAdapter, now: datetime
-    ) -> None:
-        job = await running(state_adapter, now - HOUR, type_name="a", lease=SECOND)
-        assert ids(await leased(state_adapter, [WORKER])) == [job.id]
-
-    async def test_leased_by_combines_with_other_filters_and_pages(
-        self, state_adapter: StateAdapter, now: datetime
-    ) -> None:
-        held = [await running(state_adapter, now + index * SECOND, type_name="a") for index in range(3)]
-        await running(state_adapter, now, type_name="b")
-        assert ids(await leased(state_adapter, [WORKER], type_names=["a"])) == ids(reversed(held))
-        assert await leased(state_adapter, [WORKER], statuses=["completed"]) == []
-        pages: list[Job] = []
-        cursor: str | None = None
-        while True:
-            page = await read(
-                state_adapter,
-                lambda tx: tx.jobs_list(
-                    JobsList(leased_by=[WORKER], type_names=["a"], order="asc", limit=2, cursor=cursor)
-                ),
-            )
-            pages.extend(page.items)
-            if (cursor := page.next_cursor) is None:
-                break
-        assert ids(pages) == ids(held)
-
-
-async def leased(
-    adapter: StateAdapter,
-    worker_ids: list[str],
-    *,
-    type_names: tuple[str, ...] | list[str] = (),
-    statuses: tuple[str, ...] | list[str] = (),
-) -> list[Job]:
-    params = JobsList(leased_by=worker_ids, type_names=type_names, statuses=statuses, limit=100)
-    async with adapter.transaction(read_only=True) as tx:
-        return (await tx.jobs_list(params)).items
 
 
 class QueueStatsTests(
