@@ -1,0 +1,114 @@
+"""``jobchain workers``: the worker registry — who is alive, draining or dead — and what each holds."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+
+import click
+from rich.table import Table
+from rich.text import Text
+
+from jobchain.cli.common import ago, json_option, open_client, run, state_option
+from jobchain.cli.listing import iterate, names
+from jobchain.cli.render import console, emit_json, when, worker_json
+from jobchain.client import Client
+from jobchain.entities import Job, Page, WorkerInfo, WorkerState
+
+STATE_STYLES = {
+    WorkerState.RUNNING: "green",
+    WorkerState.DRAINING: "yellow",
+    WorkerState.STOPPED: "dim",
+    WorkerState.DEAD: "bold red",
+}
+
+
+async def read_workers(client: Client, states: list[str]) -> list[tuple[WorkerInfo, list[Job]]]:
+    """The registry rows and, for each, the running jobs it holds (one paginated listing)."""
+    workers = await client.list_workers(states=states)
+    ids = [worker.id for worker in workers]
+    held: dict[str, list[Job]] = {worker_id: [] for worker_id in ids}
+    if ids:
+
+        async def fetch(at: str | None, size: int) -> Page[Job]:
+            return await client.list_jobs(
+                statuses=["running"], leased_by=ids, order="asc", cursor=at, limit=size
+            )
+
+        async for job in iterate(fetch):
+            if job.leased_by in held:
+                held[job.leased_by].append(job)
+    return [(worker, held[worker.id]) for worker in workers]
+
+
+@click.command("workers")
+@click.option(
+    "--worker-state",
+    "states",
+    multiple=True,
+    type=click.Choice([s.value for s in WorkerState], case_sensitive=False),
+    help="Only workers in this state (repeatable).",
+)
+@click.option(
+    "--jobs/--no-jobs", "show_jobs", default=True, show_default=True, help="List the jobs each worker holds."
+)
+@state_option
+@json_option
+def workers_command(states: tuple[str, ...], show_jobs: bool, state: str | None, as_json: bool) -> None:
+    """List registered workers (state, since, last seen, host/pid, types, in flight) and what each holds."""
+
+    async def main() -> list[tuple[WorkerInfo, list[Job]]]:
+        async with open_client(state) as client:
+            return await read_workers(client, names(states))
+
+    rows = run(main(), state=state)
+    if as_json:
+        emit_json({"items": [worker_json(worker, jobs) for worker, jobs in rows]})
+        return
+    out = console()
+    out.print(workers_table(rows))
+    if show_jobs:
+        for worker, jobs in rows:
+            if jobs:
+                out.print(held_table(worker, jobs))
+
+
+def workers_table(rows: list[tuple[WorkerInfo, list[Job]]]) -> Table:
+    """One row per worker."""
+    now = datetime.now(UTC)
+    table = Table(show_edge=False, pad_edge=False)
+    for header in ("ID", "NAME", "STATE", "SINCE", "LAST SEEN", "HOST/PID", "TYPES", "IN FLIGHT", "HOLDS"):
+        table.add_column(header, no_wrap=header == "ID", overflow="fold")
+    for worker, jobs in rows:
+        table.add_row(
+            worker.id,
+            worker.name,
+            Text(worker.state.value, style=STATE_STYLES[worker.state]),
+            f"{when(worker.started_at)} ({ago(worker.started_at, now)})",
+            ago(worker.last_seen_at, now),
+            f"{worker.host}/{worker.pid}",
+            ", ".join(worker.type_names),
+            f"{worker.inflight}/{worker.concurrency}",
+            str(len(jobs)),
+        )
+    if not rows:
+        table.caption = "no registered workers"
+    return table
+
+
+def held_table(worker: WorkerInfo, jobs: list[Job]) -> Table:
+    """The running jobs one worker holds."""
+    now = datetime.now(UTC)
+    table = Table(title=f"held by {worker.name} ({worker.id})", show_edge=False, pad_edge=False)
+    for header in ("JOB", "TYPE", "CHAIN", "ATTEMPT", "STARTED", "LEASED UNTIL"):
+        table.add_column(header, overflow="fold")
+    for job in jobs:
+        started = job.attempt_started_at
+        table.add_row(
+            job.id,
+            job.type_name,
+            job.chain_id,
+            str(job.attempt),
+            ago(started, now) if started is not None else "-",
+            when(job.leased_until),
+        )
+    return table
