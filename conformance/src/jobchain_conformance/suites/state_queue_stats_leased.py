@@ -67,6 +67,8 @@ class JobsListLeasedByTests:
     ) -> None:
         held = [await running(state_adapter, now + index * SECOND, type_name="a") for index in range(3)]
         await running(state_adapter, now, type_name="b")
+        await running(state_adapter, now + 5 * SECOND, type_name="a", worker_id=OTHER_WORKER)
+        await start(state_adapter, now=now + 6 * SECOND, type_name="a")
         assert ids(await leased(state_adapter, [WORKER], type_names=["a"])) == ids(reversed(held))
         assert await leased(state_adapter, [WORKER], statuses=["completed"]) == []
         pages: list[Job] = []

@@ -58,7 +58,7 @@ class _Tally:
             if job.leased_until is not None and job.leased_until < now:
                 self.expired_leases += 1
         elif job.status is JobStatus.FAILED:
-            self.error_types[job.attempt_errors[-1].error_type if job.attempt_errors else ""] += 1
+            self.error_types[last_error_type(job)] += 1
         finished_at = _finished_at(job)
         if finished_at is not None:
             self.finished.append((job.status, finished_at))
@@ -72,7 +72,6 @@ class _Tally:
 
     def stats(self, type_name: str, now: datetime, params: QueueStatsGet) -> TypeStats:
         pending = self.counts[JobStatus.PENDING]
-        ranked = sorted(self.error_types.items(), key=lambda item: (-item[1], item[0]))
         self.completions.sort(reverse=True)  # most recent first; equal times: greater id first
         sample = islice(self.completions, params.duration_sample)
         return TypeStats(
@@ -87,7 +86,7 @@ class _Tally:
             failed=self.counts[JobStatus.FAILED],
             cancelled=self.counts[JobStatus.CANCELLED],
             oldest_due_at=self.oldest_due_at,
-            failed_by_error_type=dict(ranked[:ERROR_TYPES_KEPT]),
+            failed_by_error_type=top_error_types(self.error_types),
             recent=tuple(self._window(window, now) for window in params.windows),
             durations=duration_percentiles(duration for _, _, duration in sample),
         )
@@ -101,6 +100,17 @@ class _Tally:
             failed=counts[JobStatus.FAILED],
             cancelled=counts[JobStatus.CANCELLED],
         )
+
+
+def last_error_type(job: Job) -> str:
+    """The type of the job's last recorded error (``""`` for an empty history)."""
+    return job.attempt_errors[-1].error_type if job.attempt_errors else ""
+
+
+def top_error_types(counts: Counter[str]) -> dict[str, int]:
+    """The most frequent error types, most frequent first, ties by error type (code points)."""
+    ranked = sorted(counts.items(), key=lambda item: (-item[1], item[0]))
+    return dict(ranked[:ERROR_TYPES_KEPT])
 
 
 def _finished_at(job: Job) -> datetime | None:
