@@ -298,12 +298,26 @@ class BackendUnreachableError(JobchainError):
     """A backend server could not be reached; start it, fix host and port, or allow more attempts."""
 
 
+class MetricsPortInUseError(JobchainError):
+    """The metrics port is already in use; pick another one (or stop what listens there)."""
+
+    def __init__(self, port: int, host: str = "") -> None:
+        self.port = port
+        self.host = host
+        where = f"{host}:{port}" if host else str(port)
+        super().__init__(
+            f"metrics port {port} is already in use ({where}); pass another port "
+            "(--metrics-port) or stop what listens there"
+        )
+
+
 __all__ = [
     "AdapterClosedError",
     "BackendConflictError",
     "BackendUnreachableError",
     "BackendUnavailableError",
     "BlockerReference",
+    "MetricsPortInUseError",
     "BlockerReferenceError",
     "ChainCancelledError",
     "ChainFailedError",
