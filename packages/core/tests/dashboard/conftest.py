@@ -24,7 +24,7 @@ TOKEN = "dashboard-test-token-0123456789"
 SECRET = b"dashboard-test-secret-key-32-bytes!!"
 BOUND = 30.0
 """Upper bound of every wait on a job state; a passing run needs a small fraction of it."""
-HOSTILE = "<script>window.__pwned = 1</script><img src=x onerror=\"window.__pwned = 2\">"
+HOSTILE = '<script>window.__pwned = 1</script><img src=x onerror="window.__pwned = 2">'
 ZERO = Backoff(initial=timedelta(0), maximum=timedelta(0))
 
 
@@ -101,9 +101,7 @@ async def seed(client: Client) -> Seeded:
         out.completed = (await client.start_chain(tx, "send_email", {"to": "done@example.com"})).id
         out.continued = (await client.start_chain(tx, "resize_image", {"px": 200})).id
         out.blocker = (await client.start_chain(tx, "resize_image", {"px": 64})).id
-        out.blocked = (
-            await client.start_chain(tx, "report", {"period": "day"}, blockers=[out.blocker])
-        ).id
+        out.blocked = (await client.start_chain(tx, "report", {"period": "day"}, blockers=[out.blocker])).id
         out.failed = (await client.start_chain(tx, "flaky", {"why": "plain"})).id
         out.hostile = (await client.start_chain(tx, "flaky", {"why": HOSTILE, "html": HOSTILE})).id
     await complete_now(client, "send_email", out.completed, {"sent": True})

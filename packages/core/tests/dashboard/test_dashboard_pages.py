@@ -14,7 +14,7 @@ from jobchain import Client, JobStatus
 from jobchain.dashboard import create_app
 from jobchain.worker import Attempt, Completed, Processors, Worker
 
-from .conftest import BOUND, HOSTILE, Browser, Seeded, settings, wait_until
+from .conftest import BOUND, Browser, Seeded, settings, wait_until
 
 pytestmark = pytest.mark.timeout(120)
 

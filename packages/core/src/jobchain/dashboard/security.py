@@ -189,17 +189,17 @@ class GuardMiddleware:
 
 async def refuse(scope: Scope, receive: Receive, send: Send, guard: Guard) -> None:
     """401 for scripts; a browser asking for a page is sent to the login form."""
+    from urllib.parse import urlencode
+
     from starlette.responses import PlainTextResponse, RedirectResponse
 
     connection = HTTPConnection(scope)
     wants_page = scope.get("method") == "GET" and "text/html" in connection.headers.get("accept", "")
     if wants_page and "authorization" not in connection.headers:
-        target = route_path(scope)
+        root = scope.get("root_path", "")
+        target = root + route_path(scope)
         if connection.url.query:
             target += "?" + connection.url.query
-        from urllib.parse import urlencode
-
-        root = scope.get("root_path", "")
         response: PlainTextResponse | RedirectResponse = RedirectResponse(
             f"{root}/login?{urlencode({'next': target})}", status_code=303
         )
