@@ -14,8 +14,8 @@ from typing import Final
 from jobchain.entities import Chain, Job
 from jobchain.stats import ThroughputBucket
 
-CHART_WIDTH: Final = 760
-CHART_HEIGHT: Final = 190
+CHART_WIDTH: Final = 1240
+CHART_HEIGHT: Final = 200
 LEFT, RIGHT, TOP, BOTTOM = 44, 8, 10, 26
 
 
@@ -88,7 +88,7 @@ def throughput_chart(buckets: Sequence[ThroughputBucket], step: timedelta) -> Th
         )
         if i % every == 0:
             x_ticks.append(Tick(round(x, 2), f"{start:%H:%M}"))
-    y_ticks = [Tick(round(bottom - plot_h * part / 2, 2), str(top_value * part // 2)) for part in range(3)]
+    y_ticks = [Tick(round(bottom - plot_h * part / 2, 2), f"{top_value * part / 2:g}") for part in range(3)]
     return ThroughputChart(
         width=CHART_WIDTH,
         height=CHART_HEIGHT,
@@ -163,7 +163,7 @@ def blocker_graph(
                 x=COLUMNS[1],
                 y=_y(row),
                 label=f"#{job.chain_index} {job.type_name}",
-                detail=f"{job.status.value} · {job.id[:8]}",
+                detail=f"{job.status.value} · …{job.id[-8:]}",
                 status=job.status.value,
                 href=f"#job-{job.id}",
                 current=True,
@@ -185,7 +185,7 @@ def blocker_graph(
                         x=COLUMNS[0],
                         y=_y(row),
                         label=chain.type_name,
-                        detail=f"{chain.status.value} · {chain.id[:8]}",
+                        detail=f"{chain.status.value} · …{chain.id[-8:]}",
                         status=chain.status.value,
                         href=f"{base}/chains/{chain.id}",
                     )
@@ -212,7 +212,7 @@ def blocker_graph(
                     x=COLUMNS[2],
                     y=_y(row),
                     label=job.chain_type_name if job.is_root else f"{job.chain_type_name} / {job.type_name}",
-                    detail=f"{job.status.value} · {job.chain_id[:8]}",
+                    detail=f"{job.status.value} · …{job.chain_id[-8:]}",
                     status=job.status.value,
                     href=f"{base}/chains/{job.chain_id}",
                 )

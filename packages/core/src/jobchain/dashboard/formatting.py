@@ -63,8 +63,9 @@ def pretty_json(value: Any) -> str:
 
 
 def short(value: str | None, size: int = 8) -> str:
-    """The first ``size`` characters of an id."""
-    return "—" if value is None else value[:size]
+    """The last ``size`` characters of an id: job ids are UUIDv7, whose head is the creation
+    time (ids created together share it) and whose tail is random."""
+    return "—" if value is None else "…" + value[-size:]
 
 
 def first_line(value: str | None, size: int = 160) -> str:
