@@ -10,7 +10,7 @@ import signal
 import sys
 from collections.abc import Callable, Coroutine, Sequence
 from datetime import timedelta
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
 
@@ -19,6 +19,9 @@ from jobchain.errors import InvalidArgumentError, JobchainError, SchemaNotMigrat
 from jobchain.job_types import UNSET, JobTypes, MaxAttempts
 from jobchain.worker.processors import Processors
 from jobchain.worker.retention import Retention
+
+if TYPE_CHECKING:
+    from jobchain.telemetry.prometheus import MetricsServer, PrometheusMetrics
 
 DURATION_UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
 
@@ -154,11 +157,15 @@ async def run_worker(
     max_attempts: MaxAttempts = UNSET,
     handler_timeout: float | None = None,
     retention: Retention | None = None,
+    metrics_port: int | None = None,
+    metrics_host: str = "0.0.0.0",
 ) -> None:
     """Run a worker until SIGINT/SIGTERM, or until it stops on its own error (raised here).
 
     ``migrate`` applies the state backend's migrations first, with the adapter's own
-    ``migrate()`` — what ``jobchain migrate`` runs.
+    ``migrate()`` — what ``jobchain migrate`` runs. ``metrics_port`` serves the Prometheus
+    metrics of ``jobchain.telemetry.prometheus`` there (queue gauges sampled by one worker of
+    the same ``name``).
     """
     from jobchain.client import connect
     from jobchain.worker.loop import Worker
@@ -168,48 +175,75 @@ async def run_worker(
     for sig in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(sig, stop.set)
     log = logging.getLogger("jobchain.worker")
-    client = await connect(state, notify=notify, job_types=job_types, migrate=migrate or None)
-    async with client:
-        if migrate:
-            log.info("migrated the state backend (%s)", type(client.state).__name__)
-        liveness: dict[str, Any] = {}
-        if heartbeat_interval is not None:
-            liveness["heartbeat_interval"] = heartbeat_interval
-        if missed_heartbeats is not None:
-            liveness["missed_heartbeats"] = missed_heartbeats
-        worker = Worker(
-            client,
-            slices,
-            name=name,
-            concurrency=concurrency,
-            prefetch=prefetch,
-            poll_interval=poll_interval,
-            max_attempts=max_attempts,
-            timeout=handler_timeout,
-            retention=retention,
-            **liveness,
-        )
-        await worker.start()
-        log.info(
-            "worker %s processing %s on %s",
-            worker.worker_id,
-            ", ".join(worker.type_names),
-            type(loop).__module__.partition(".")[0],
-        )
-        stopped = asyncio.ensure_future(stop.wait())
-        ended = asyncio.ensure_future(worker.wait())
-        try:
-            await asyncio.wait({stopped, ended}, return_when=asyncio.FIRST_COMPLETED)
-        finally:
-            stopped.cancel()
-            if not ended.done():
-                log.info("stopping worker %s", worker.worker_id)
-            await worker.stop()
-            ended.cancel()
-            await asyncio.gather(stopped, ended, return_exceptions=True)
-        error = ended.exception() if ended.done() and not ended.cancelled() else None
-        if error is not None:
-            raise error
+    metrics, server = serve_metrics(metrics_port, metrics_host, log)
+    try:
+        client = await connect(state, notify=notify, job_types=job_types, migrate=migrate or None)
+        async with client:
+            if migrate:
+                log.info("migrated the state backend (%s)", type(client.state).__name__)
+            liveness: dict[str, Any] = {}
+            if heartbeat_interval is not None:
+                liveness["heartbeat_interval"] = heartbeat_interval
+            if missed_heartbeats is not None:
+                liveness["missed_heartbeats"] = missed_heartbeats
+            worker = Worker(
+                client,
+                slices,
+                name=name,
+                concurrency=concurrency,
+                prefetch=prefetch,
+                poll_interval=poll_interval,
+                max_attempts=max_attempts,
+                timeout=handler_timeout,
+                retention=retention,
+                **liveness,
+            )
+            sampler = metrics.sample_queue(worker) if metrics is not None else None
+            await worker.start()
+            if sampler is not None:
+                sampler.start()
+            log.info(
+                "worker %s processing %s on %s",
+                worker.worker_id,
+                ", ".join(worker.type_names),
+                type(loop).__module__.partition(".")[0],
+            )
+            stopped = asyncio.ensure_future(stop.wait())
+            ended = asyncio.ensure_future(worker.wait())
+            try:
+                await asyncio.wait({stopped, ended}, return_when=asyncio.FIRST_COMPLETED)
+            finally:
+                stopped.cancel()
+                if not ended.done():
+                    log.info("stopping worker %s", worker.worker_id)
+                if sampler is not None:
+                    await sampler.stop()
+                await worker.stop()
+                ended.cancel()
+                await asyncio.gather(stopped, ended, return_exceptions=True)
+            error = ended.exception() if ended.done() and not ended.cancelled() else None
+            if error is not None:
+                raise error
+    finally:
+        if server is not None:
+            server.close()
+
+
+def serve_metrics(
+    port: int | None, host: str, log: logging.Logger
+) -> tuple[PrometheusMetrics | None, MetricsServer | None]:
+    """The Prometheus metrics observer and its running endpoint; (None, None) without a port.
+
+    Opened before anything else, so a port in use fails at once (MetricsPortInUseError).
+    """
+    if port is None:
+        return None, None
+    from jobchain.telemetry.prometheus import PrometheusMetrics, serve_prometheus
+
+    metrics = PrometheusMetrics()
+    server = serve_prometheus(port, host, registry=metrics.registry)
+    log.info("serving Prometheus metrics on %s:%d/metrics", host, server.port)
+    return metrics, server
 
 
 def unmigrated_message(error: SchemaNotMigratedError, state: str | None) -> str:
@@ -288,6 +322,18 @@ GENERIC_HINT = "run `jobchain migrate --state URL` (or `await adapter.migrate()`
 @click.option(
     "--retain-cancelled", default=None, help="Delete cancelled chains this old (e.g. 30d; default: keep)."
 )
+@click.option(
+    "--metrics-port",
+    default=None,
+    type=click.IntRange(min=0, max=65535),
+    help="Serve Prometheus metrics at http://HOST:PORT/metrics, e.g. 9464 (extra jobchain[prometheus]).",
+)
+@click.option(
+    "--metrics-host",
+    default="0.0.0.0",
+    show_default=True,
+    help="Address the metrics endpoint listens on (127.0.0.1: this machine only).",
+)
 @click.option("--log-level", default="INFO", show_default=True)
 @click.option(
     "--migrate",
@@ -312,6 +358,8 @@ def worker_command(
     retain_completed: str | None,
     retain_failed: str | None,
     retain_cancelled: str | None,
+    metrics_port: int | None,
+    metrics_host: str,
     log_level: str,
     migrate: bool,
 ) -> None:
@@ -323,6 +371,8 @@ def worker_command(
         job_types = find_job_types(module, job_types_target)
         attempts = parse_max_attempts(max_attempts)
         retention = retention_from_options(retain_completed, retain_failed, retain_cancelled)
+        if metrics_port is not None:
+            import jobchain.telemetry.prometheus  # noqa: F401 -- a missing extra fails here, in one line
         run_on_loop(
             lambda: run_worker(
                 slices,
@@ -339,10 +389,18 @@ def worker_command(
                 max_attempts=attempts,
                 handler_timeout=timeout,
                 retention=retention,
+                metrics_port=metrics_port,
+                metrics_host=metrics_host,
             ),
             loop_name,
         )
     except SchemaNotMigratedError as exc:
         raise click.ClickException(unmigrated_message(exc, state)) from exc
     except JobchainError as exc:
+        raise click.ClickException(str(exc)) from exc
+    except ImportError as exc:
+        # jobchain.telemetry's MissingExtraError (matched by name: importing the class would
+        # itself fail without the extras) says in one line what to install.
+        if type(exc).__name__ != "MissingExtraError":
+            raise
         raise click.ClickException(str(exc)) from exc

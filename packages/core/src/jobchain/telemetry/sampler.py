@@ -6,8 +6,10 @@ Every instrumented worker runs a :class:`QueueStatsSampler`, but only one sample
 first (ties: the smallest id). The others publish no queue gauges, so the fleet reports
 each figure once, and nothing needs a lock: when the sampling worker stops (or dies, and
 the registry says so), the next oldest takes over at its next tick. A worker that just
-started waits for its first heartbeat to be listed. Without a worker (a process that only
-exports metrics) the sampler always samples.
+started is listed after its first heartbeat (its sampler looks every half second until
+then). A worker's sampler reports the job types that worker serves (zeros included); without
+a worker (a process that only exports metrics) the sampler always samples, every type that
+has jobs.
 """
 
 from __future__ import annotations
@@ -50,6 +52,7 @@ class QueueStatsSampler:
         self.interval = float(interval)
         self.elected = False
         """Whether this sampler sampled at its last tick."""
+        self._listed = worker is None  # its worker is in the registry (after its first heartbeat)
         self._latest: QueueStats | None = None
         self._sampled_at = 0.0
         self._task: asyncio.Task[None] | None = None
@@ -67,7 +70,8 @@ class QueueStatsSampler:
         if not self.elected:
             self._latest = None
             return None
-        stats = await self.client.queue_stats()
+        worker = self.worker
+        stats = await self.client.queue_stats(type_names=worker.type_names if worker is not None else ())
         self._latest = stats
         self._sampled_at = time.monotonic()
         return stats
@@ -78,7 +82,8 @@ class QueueStatsSampler:
             return True
         running = await self.client.list_workers(states=[WorkerState.RUNNING])
         peers = [w for w in running if w.name == worker.name]
-        if not peers:
+        self._listed = any(w.id == worker.worker_id for w in peers)
+        if not self._listed:
             return False
         first = min(peers, key=lambda w: (w.started_at, w.id))
         return first.id == worker.worker_id
@@ -107,7 +112,9 @@ class QueueStatsSampler:
                 raise
             except Exception:  # the database is away: keep the last sample until it is stale
                 log.warning("queue stats sampling failed", exc_info=True)
-            await asyncio.sleep(self.interval)
+            # Until its worker's first heartbeat lists it, look again soon rather than in a
+            # whole interval: a fleet of one samples from its start.
+            await asyncio.sleep(self.interval if self._listed else min(self.interval, 0.5))
 
     async def __aenter__(self) -> QueueStatsSampler:
         self.start()
