@@ -21,7 +21,7 @@ from jobchain.cli.listing import (
     read_pages,
     window_options,
 )
-from jobchain.cli.render import chain_json, console, emit_json, job_json, status_text, when
+from jobchain.cli.render import chain_json, console, emit_json, job_json, short, status_text, table, when
 from jobchain.client import Client
 from jobchain.entities import Chain, Job, Page
 
@@ -85,22 +85,20 @@ def chains_list_command(
 
 def chains_table(chains: list[Chain]) -> Table:
     """Chains as a table: id, type, status, jobs so far, last job's type, times."""
-    table = Table(show_edge=False, pad_edge=False)
-    for header in ("ID", "TYPE", "STATUS", "JOBS", "LAST JOB", "CREATED", "FINISHED"):
-        table.add_column(header, no_wrap=header == "ID", overflow="fold")
+    out = table("ID", "TYPE", "STATUS", "JOBS", "LAST JOB", "CREATED", "FINISHED")
     for chain in chains:
-        table.add_row(
+        out.add_row(
             chain.id,
             chain.type_name,
             status_text(chain.status),
             str(chain.last.chain_index + 1),
             chain.last.type_name,
-            when(chain.created_at),
-            when(chain.finished_at),
+            short(chain.created_at),
+            short(chain.finished_at),
         )
     if not chains:
-        table.caption = "no chains match"
-    return table
+        out.caption = "no chains match"
+    return out
 
 
 @dataclass(slots=True)

@@ -36,7 +36,9 @@ from jobchain.cli.render import (
     emit_json,
     job_json,
     last_error,
+    short,
     status_text,
+    table,
     when,
 )
 from jobchain.entities import Chain, Job, Page
@@ -108,37 +110,28 @@ def jobs_list_command(
     page_hint(page, "jobchain jobs list")
 
 
-def jobs_table(jobs: list[Job], *, title: str | None = None) -> Table:
-    """Jobs as a table: id, type, chain, index, status, attempts, times and last error."""
-    table = Table(title=title, show_edge=False, pad_edge=False, expand=False)
-    for header in (
-        "ID",
-        "TYPE",
-        "CHAIN",
-        "#",
-        "STATUS",
-        "ATTEMPT",
-        "CREATED",
-        "DUE / FINISHED",
-        "LAST ERROR",
-    ):
-        table.add_column(header, no_wrap=header in ("ID", "CHAIN"), overflow="fold")
+def jobs_table(jobs: list[Job]) -> Table:
+    """Jobs as a table: id, type, (chain, when some job is not its chain's root), index, status,
+    attempts, when due or finished, last error (creation times: ``jobs show`` or --json)."""
+    with_chain = any(not job.is_root for job in jobs)
+    headers = ["ID", "TYPE", *(["CHAIN"] if with_chain else []), "#", "STATUS", "ATTEMPT"]
+    out = table(*headers, "DUE/FINISHED", "LAST ERROR")
     for job in jobs:
         moment = job.finished_at or (job.scheduled_at if not job.status.terminal else None)
-        table.add_row(
+        chain = ["(root)" if job.is_root else job.chain_id] if with_chain else []
+        out.add_row(
             job.id,
             job.type_name,
-            "(root)" if job.is_root else job.chain_id,
+            *chain,
             str(job.chain_index),
             status_text(job.status),
             str(job.attempt),
-            when(job.created_at),
-            when(moment),
+            short(moment),
             Text(last_error(job)),
         )
     if not jobs:
-        table.caption = "no jobs match"
-    return table
+        out.caption = "no jobs match"
+    return out
 
 
 @jobs_group.command("show")
@@ -206,12 +199,10 @@ def job_panel(job: Job, blockers: list[Chain]) -> Panel:
         fields.add_row(label, value)
     parts: list[Any] = [fields]
     if blockers:
-        table = Table(title="blockers", show_edge=False)
-        for header in ("CHAIN", "TYPE", "STATUS", "FINISHED"):
-            table.add_column(header, overflow="fold")
+        listed = table("BLOCKER CHAIN", "TYPE", "STATUS", "FINISHED")
         for chain in blockers:
-            table.add_row(chain.id, chain.type_name, status_text(chain.status), when(chain.finished_at))
-        parts.append(table)
+            listed.add_row(chain.id, chain.type_name, status_text(chain.status), when(chain.finished_at))
+        parts.append(listed)
     for error in job.attempt_errors:
         head = Text(
             f"attempt {error.attempt} at {when(error.at)} ({error.worker_id or 'no worker'}): ", style="red"

@@ -12,13 +12,15 @@ import json
 import os
 import sys
 from collections.abc import Mapping
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 from enum import Enum
 from typing import Any
 
 import click
+from rich import box
 from rich.console import Console
 from rich.markup import escape
+from rich.table import Column, Table
 from rich.text import Text
 
 from jobchain.entities import Chain, Job, JobStatus, WorkerInfo
@@ -104,6 +106,38 @@ def when(moment: datetime | None) -> str:
         return "-"
     text = moment.isoformat(sep=" ", timespec="seconds")
     return text.removesuffix("+00:00")
+
+
+def short(moment: datetime | None) -> str:
+    """A datetime for a table cell: ``MM-DD HH:MM:SS`` in UTC (the year only when not this one)."""
+    if moment is None:
+        return "-"
+    moment = moment.astimezone(UTC)
+    if moment.year != datetime.now(UTC).year:
+        return moment.strftime("%Y-%m-%d %H:%M")
+    return moment.strftime("%m-%d %H:%M:%S")
+
+
+ID_HEADERS = frozenset({"ID", "CHAIN", "JOB", "BLOCKER CHAIN"})
+"""Columns holding ids: never wrapped or cut, so they can be copied whole."""
+WRAPPED_HEADERS = frozenset({"LAST ERROR", "TYPES", "ERROR TYPE"})
+"""Free-text columns: they wrap and give up width first on a narrow terminal."""
+
+
+def table(*headers: str, title: str | None = None) -> Table:
+    """A compact table (header rule only): ids keep their width, free text wraps, the rest stays
+    on one line (cut with an ellipsis only when the terminal is far too narrow)."""
+    columns = [
+        Column(h, no_wrap=True, min_width=36)
+        if h in ID_HEADERS
+        else Column(h, overflow="fold")
+        if h in WRAPPED_HEADERS
+        else Column(h, no_wrap=True)
+        for h in headers
+    ]
+    result = Table(*columns, title=title, box=box.SIMPLE_HEAD)
+    result.pad_edge = False
+    return result
 
 
 def last_error(job: Job) -> str:

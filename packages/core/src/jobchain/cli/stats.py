@@ -7,11 +7,10 @@ from typing import Any
 
 import click
 from rich.console import Group
-from rich.table import Table
 
 from jobchain.cli.common import json_option, open_client, run, short_duration, state_option
 from jobchain.cli.listing import names
-from jobchain.cli.render import console, emit_json, plain
+from jobchain.cli.render import console, emit_json, plain, table
 from jobchain.stats import QueueStats, TypeStats
 
 
@@ -52,44 +51,44 @@ def _age(stats: QueueStats, row: TypeStats) -> str:
     return short_duration(max(stats.now - row.oldest_due_at, timedelta(0)))
 
 
-def _recent(row: TypeStats) -> str:
-    return "  ".join(f"{short_duration(w.window)} {w.completed}/{w.failed}" for w in row.recent) or "-"
-
-
 def stats_view(stats: QueueStats) -> Group:
-    """The per-type table, then failures by error type."""
-    table = Table(title=f"queue at {stats.now.isoformat(sep=' ', timespec='seconds')}", show_edge=False)
-    headers = (
-        "TYPE", "BLOCKED", "DUE", "SCHEDULED", "RUNNING", "EXPIRED LEASES",
-        "COMPLETED", "FAILED", "CANCELLED", "OLDEST DUE", "RECENT DONE/FAILED", "P50", "P95",
+    """Counts per type, then recent activity and durations, then failures by error type."""
+    title = f"queue at {stats.now.isoformat(sep=' ', timespec='seconds')}"
+    counts = table(
+        "TYPE", "BLOCKED", "DUE", "SCHEDULED", "RUNNING", "EXPIRED", "COMPLETED", "FAILED", "CANCELLED",
+        "OLDEST DUE", title=title,
     )  # fmt: skip
-    for header in headers:
-        table.add_column(header, justify="left" if header in ("TYPE", "RECENT DONE/FAILED") else "right")
     for row in stats.types:
-        durations = row.durations
-        table.add_row(
+        counts.add_row(
             row.type_name,
-            str(row.blocked),
-            str(row.due),
-            str(row.scheduled),
-            str(row.running),
-            str(row.expired_leases),
-            str(row.completed),
-            str(row.failed),
-            str(row.cancelled),
+            *(str(n) for n in (row.blocked, row.due, row.scheduled, row.running, row.expired_leases)),
+            *(str(n) for n in (row.completed, row.failed, row.cancelled)),
             _age(stats, row),
-            _recent(row),
-            short_duration(durations.p50) if durations else "-",
-            short_duration(durations.p95) if durations else "-",
         )
     if not stats.types:
-        table.caption = "no jobs"
-    parts: list[Any] = [table]
+        counts.caption = "no jobs"
+    parts: list[Any] = [counts]
+    windows = [w.window for w in stats.types[0].recent] if stats.types else []
+    if windows:
+        recent = table(
+            "TYPE",
+            *(f"DONE/FAILED {short_duration(w)}" for w in windows),
+            "P50", "P95", "P99", "SAMPLE",
+            title="finished recently; attempt durations",
+        )  # fmt: skip
+        for row in stats.types:
+            durations = row.durations
+            figures = (
+                [short_duration(d) for d in (durations.p50, durations.p95, durations.p99)]
+                + [str(durations.count)]
+                if durations
+                else ["-", "-", "-", "0"]
+            )
+            recent.add_row(row.type_name, *(f"{w.completed}/{w.failed}" for w in row.recent), *figures)
+        parts.append(recent)
     errors = [(row.type_name, kind, n) for row in stats.types for kind, n in row.failed_by_error_type.items()]
     if errors:
-        failed = Table(title="failed jobs by error type", show_edge=False)
-        for header in ("TYPE", "ERROR TYPE", "FAILED"):
-            failed.add_column(header, justify="right" if header == "FAILED" else "left")
+        failed = table("TYPE", "ERROR TYPE", "FAILED", title="failed jobs by error type")
         for type_name, kind, count in errors:
             failed.add_row(type_name, kind or "(none)", str(count))
         parts.append(failed)

@@ -10,7 +10,7 @@ from rich.text import Text
 
 from jobchain.cli.common import ago, json_option, open_client, run, state_option
 from jobchain.cli.listing import iterate, names
-from jobchain.cli.render import console, emit_json, when, worker_json
+from jobchain.cli.render import console, emit_json, short, table, worker_json
 from jobchain.client import Client
 from jobchain.entities import Job, Page, WorkerInfo, WorkerState
 
@@ -75,15 +75,23 @@ def workers_command(states: tuple[str, ...], show_jobs: bool, state: str | None,
 def workers_table(rows: list[tuple[WorkerInfo, list[Job]]]) -> Table:
     """One row per worker."""
     now = datetime.now(UTC)
-    table = Table(show_edge=False, pad_edge=False)
-    for header in ("ID", "NAME", "STATE", "SINCE", "LAST SEEN", "HOST/PID", "TYPES", "IN FLIGHT", "HOLDS"):
-        table.add_column(header, no_wrap=header == "ID", overflow="fold")
+    out = table(
+        "WORKER",
+        "NAME",
+        "STATE",
+        "STARTED",
+        "LAST SEEN",
+        "HOST/PID",
+        "TYPES",
+        "IN FLIGHT",
+        "HOLDS",
+    )
     for worker, jobs in rows:
-        table.add_row(
+        out.add_row(
             worker.id,
             worker.name,
             Text(worker.state.value, style=STATE_STYLES[worker.state]),
-            f"{when(worker.started_at)} ({ago(worker.started_at, now)})",
+            ago(worker.started_at, now),
             ago(worker.last_seen_at, now),
             f"{worker.host}/{worker.pid}",
             ", ".join(worker.type_names),
@@ -91,24 +99,30 @@ def workers_table(rows: list[tuple[WorkerInfo, list[Job]]]) -> Table:
             str(len(jobs)),
         )
     if not rows:
-        table.caption = "no registered workers"
-    return table
+        out.caption = "no registered workers"
+    return out
 
 
 def held_table(worker: WorkerInfo, jobs: list[Job]) -> Table:
     """The running jobs one worker holds."""
     now = datetime.now(UTC)
-    table = Table(title=f"held by {worker.name} ({worker.id})", show_edge=False, pad_edge=False)
-    for header in ("JOB", "TYPE", "CHAIN", "ATTEMPT", "STARTED", "LEASED UNTIL"):
-        table.add_column(header, overflow="fold")
+    out = table(
+        "JOB",
+        "TYPE",
+        "CHAIN",
+        "ATTEMPT",
+        "STARTED",
+        "LEASED UNTIL",
+        title=f"held by {worker.name} ({worker.id})",
+    )
     for job in jobs:
         started = job.attempt_started_at
-        table.add_row(
+        out.add_row(
             job.id,
             job.type_name,
-            job.chain_id,
+            "(root)" if job.is_root else job.chain_id,
             str(job.attempt),
             ago(started, now) if started is not None else "-",
-            when(job.leased_until),
+            short(job.leased_until),
         )
-    return table
+    return out
