@@ -118,6 +118,7 @@ class ListingsMixin:
                 "job_ids": _id_filter(params.job_ids),
                 "statuses": _filter([str(s) for s in params.statuses]),
                 "error_types": _filter(params.error_types),
+                "leased_by": _filter(params.leased_by),
                 "created_from": _aware("created_from", params.created_from),
                 "created_to": _aware("created_to", params.created_to),
                 "after_at": after_at,

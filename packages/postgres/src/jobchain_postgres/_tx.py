@@ -50,6 +50,7 @@ from jobchain_postgres._identifiers import savepoint_statements
 from jobchain_postgres._lifecycle import LifecycleMixin
 from jobchain_postgres._listings import ListingsMixin
 from jobchain_postgres._results import check_now, owned_result, shape_of
+from jobchain_postgres._stats import StatsMixin
 from jobchain_postgres._workers import WorkersMixin
 from jobchain_postgres.errors import translated
 from jobchain_postgres.providers import AnyConnection
@@ -99,7 +100,7 @@ def _unique(values: Sequence[str]) -> list[str]:
     return list(dict.fromkeys(values))
 
 
-class PostgresStateTx(LifecycleMixin, ListingsMixin, WorkersMixin):
+class PostgresStateTx(LifecycleMixin, ListingsMixin, StatsMixin, WorkersMixin):
     """One open transaction (or savepoint) of a PostgreSQL state adapter.
 
     ``connection`` is the psycopg connection it runs on: your own SQL executed there commits or

@@ -116,6 +116,11 @@ CREATE INDEX {job_listing_status_idx} ON {job} (status, created_at DESC, id DESC
 CREATE INDEX {job_listing_type_name_idx} ON {job} (type_name, created_at DESC, id DESC);
 CREATE INDEX {job_chain_listing_type_name_idx} ON {job} (chain_type_name, created_at DESC, id DESC)
     WHERE chain_index = 0;
+-- queue_stats: jobs neither pending nor running by type and status (completed ones by completion
+-- time), with what its figures read, index-only; a job gains an entry when it completes.
+CREATE INDEX {job_stats_idx} ON {job} (type_name, status, completed_at, id)
+    INCLUDE (attempt_started_at, failed_at, cancelled_at)
+    WHERE status NOT IN ('pending', 'running');
 -- worker_heartbeat: the dead scan (workers that still claim to be alive, by alive_until).
 CREATE INDEX {worker_alive_idx} ON {worker} (alive_until)
     WHERE state IN ('running', 'draining');

@@ -1,6 +1,7 @@
 -- jobs_list: jobs by created_at then id, filtered and keyset-paginated (limit + 1 rows).
 -- Plan: job_listing_idx, job_listing_status_idx or job_listing_type_name_idx by filter; the error
--- type is a filter on the rows those yield (dead letters: status failed narrows them first).
+-- type is a filter on the rows those yield (dead letters: status failed narrows them first), as
+-- is the leaseholder.
 SELECT j.*
 FROM {job} AS j
 WHERE (%(type_names)s::text[] IS NULL OR j.type_name = ANY (%(type_names)s::text[]))
@@ -11,6 +12,9 @@ WHERE (%(type_names)s::text[] IS NULL OR j.type_name = ANY (%(type_names)s::text
   -- The type of the last entry of the error history (dead letters by error).
   AND (%(error_types)s::text[] IS NULL
        OR j.attempt_errors -> -1 ->> 'error_type' = ANY (%(error_types)s::text[]))
+  -- What those workers hold: their running jobs (an expired lease still holds until reaped).
+  AND (%(leased_by)s::text[] IS NULL
+       OR (j.status = 'running' AND j.leased_by = ANY (%(leased_by)s::text[])))
   AND (%(created_from)s::timestamptz IS NULL OR j.created_at >= %(created_from)s::timestamptz)
   AND (%(created_to)s::timestamptz IS NULL OR j.created_at <= %(created_to)s::timestamptz)
   AND (%(after_at)s::timestamptz IS NULL
