@@ -184,7 +184,9 @@ def blocker_graph(
                     Node(
                         x=COLUMNS[0],
                         y=_y(row),
-                        label=chain.type_name,
+                        label=chain.type_name
+                        if chain.last.type_name == chain.type_name
+                        else f"{chain.type_name} / {chain.last.type_name}",
                         detail=f"{chain.status.value} · …{chain.id[-8:]}",
                         status=chain.status.value,
                         href=f"{base}/chains/{chain.id}",
