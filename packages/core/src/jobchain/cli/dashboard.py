@@ -36,9 +36,7 @@ async def _serve(
     try:
         await client.list_workers()  # reads a table: an unmigrated database fails now, not per page
         app = create_app(client, replace(settings, state_label=label))
-        config = uvicorn.Config(
-            app, host=host, port=port, root_path=root_path, log_level="info", proxy_headers=False
-        )
+        config = uvicorn.Config(app, host=host, port=port, root_path=root_path, log_level="info")
         await uvicorn.Server(config).serve()
     finally:
         await client.close()
