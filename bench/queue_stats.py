@@ -40,10 +40,20 @@ DEFAULT_URL = os.environ.get("BENCH_PG", "postgresql://postgres@127.0.0.1:5432")
 # Per million jobs; the rest of the table is completed history.
 MIX = {"pending": 50_000, "running": 1_000, "failed": 15_000, "cancelled": 5_000, "blocked": 5_000}
 
-ERROR_TYPES = (
-    "TimeoutError ValueError KeyError ConnectionError HTTPError RuntimeError OSError PermissionError "
-    "LookupError TypeError ZeroDivisionError AssertionError"
-).split()
+ERROR_TYPES = [
+    "TimeoutError",
+    "ValueError",
+    "KeyError",
+    "ConnectionError",
+    "HTTPError",
+    "RuntimeError",
+    "OSError",
+    "PermissionError",
+    "LookupError",
+    "TypeError",
+    "ZeroDivisionError",
+    "AssertionError",
+]
 
 FILL = """
 INSERT INTO {job} (
@@ -123,7 +133,8 @@ def build(url: str, schema: str, jobs: int) -> dict[str, Any]:
     """Fill ``schema``'s job table (already migrated) and VACUUM ANALYZE it."""
     scale = jobs / 1_000_000
     counts = {status: int(count * scale) for status, count in MIX.items()}
-    params = {"now": datetime.now(UTC), "jobs": jobs, "error_types": list(ERROR_TYPES), **counts}
+    now = datetime.now(UTC)
+    params: dict[str, Any] = {"now": now, "jobs": jobs, "error_types": list(ERROR_TYPES), **counts}
     table = sql.Identifier(schema, "jobchain_job")
     fill = sql.SQL(FILL).format(job=table, job_status=sql.Identifier(schema, "jobchain_job_status"))
     with psycopg.connect(url, autocommit=True) as connection:
@@ -132,13 +143,13 @@ def build(url: str, schema: str, jobs: int) -> dict[str, Any]:
         filled = time.perf_counter()
         connection.execute(sql.SQL("VACUUM ANALYZE {}").format(table))
         vacuumed = time.perf_counter()
-        by_status = dict(
+        by_status: dict[str, int] = dict(
             connection.execute(
                 sql.SQL("SELECT status::text, count(*) FROM {} GROUP BY 1").format(table)
             ).fetchall()
         )
     return {
-        "built_at": params["now"].isoformat(),
+        "built_at": now.isoformat(),
         "insert_s": round(filled - started, 1),
         "vacuum_analyze_s": round(vacuumed - filled, 1),
         "jobs_by_status": by_status,

@@ -104,7 +104,7 @@ async def test_every_part_of_queue_stats_reads_an_index(
         assert "jobchain_job_listing_type_name_idx" in text, text
     # Index-only everywhere but the error history of failed jobs, which lives in the row.
     visiting = [scan for scan in scans if "Index Only Scan" not in scan and "Bitmap Index Scan" not in scan]
-    assert len(visiting) == 1 and "job_stats_idx" in text, visiting
+    assert len(visiting) == 1, visiting
 
 
 async def test_leased_by_reads_the_status_index(seeded: PostgresStateAdapter) -> None:
