@@ -360,6 +360,7 @@ class TestSchema:
             "0003_drop_listing_status_idx",
             "0004_worker_registry",
             "0005_job_lifecycle",
+            "0006_queue_stats",
         ]
         assert "jobchain_job_listing_status_idx" not in indexes
         assert "jobchain_job_listing_idx" in indexes

@@ -299,7 +299,8 @@ async def test_a_database_without_the_lifecycle_migration_raises_schema_not_migr
     adapter = SqliteStateAdapter(SqliteOptions(path=str(path)))
     try:
         with pytest.raises(
-            CoreSchemaNotMigratedError, match=r"0005_job_lifecycle not applied.*jobchain migrate"
+            CoreSchemaNotMigratedError,
+            match=r"0005_job_lifecycle, 0006_queue_stats not applied.*jobchain migrate",
         ):
             async with adapter.transaction() as tx:
                 await tx.jobs_list(JobsList())

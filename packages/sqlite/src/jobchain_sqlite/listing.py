@@ -82,6 +82,10 @@ async def jobs_list(ctx: TxContext, params: JobsList) -> Page[Job]:
         **_bounds(params.created_from, params.created_to),
         **_after(params, str),
     }
+    if params.leased_by:  # a statement that starts from the running jobs (see its plan)
+        args["leased_by"] = json_list(params.leased_by)
+        rows = await ctx.fetch(ctx.q.listing("jobs_list_leased", params.order), args)
+        return _page_of_jobs(params, [job_from_row(row) for row in rows])
     rows = await ctx.fetch(ctx.q.listing("jobs_list", params.order), args)
     return _page_of_jobs(params, [job_from_row(row) for row in rows])
 

@@ -19,7 +19,7 @@ from jobchain.errors import InvalidArgumentError
 
 _PREFIX_RE = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,47}")
 _ORDERS: dict[str, dict[str, str]] = {"asc": {"dir": "ASC", "cmp": ">"}, "desc": {"dir": "DESC", "cmp": "<"}}
-_LISTINGS = ("chains_list", "jobs_list", "chain_jobs_list", "blocked_jobs_list")
+_LISTINGS = ("chains_list", "jobs_list", "jobs_list_leased", "chain_jobs_list", "blocked_jobs_list")
 
 
 def validate_prefix(prefix: str) -> str:
@@ -85,6 +85,8 @@ class Queries:
     worker_heartbeat: str
     workers_prune: str
     workers_list: str
+    queue_stats: str
+    queue_stats_throughput: str
     jobs_trigger: str
     jobs_trigger_lookup: str
     chains_delete_lookup: str
@@ -94,6 +96,8 @@ class Queries:
     chains_list_desc: str
     jobs_list_asc: str
     jobs_list_desc: str
+    jobs_list_leased_asc: str
+    jobs_list_leased_desc: str
     chain_jobs_list_asc: str
     chain_jobs_list_desc: str
     blocked_jobs_list_asc: str
@@ -126,6 +130,7 @@ MIGRATIONS: tuple[str, ...] = (
     "0003_drop_listing_status_idx",
     "0004_worker_registry",
     "0005_job_lifecycle",
+    "0006_queue_stats",
 )
 """Migration names in the order they apply; each is ``migrations/<name>.sql``."""
 

@@ -42,6 +42,7 @@ from jobchain.contracts.state import (
     JobsRetry,
     JobsTrigger,
     JobsTriggered,
+    QueueStatsGet,
     StateTx,
     WorkerHeartbeat,
     WorkerHeartbeatResult,
@@ -52,7 +53,8 @@ from jobchain.errors import (
     BlockerReference,
     JobchainError,
 )
-from jobchain_sqlite import lifecycle, listing, workers
+from jobchain.stats import QueueStats
+from jobchain_sqlite import lifecycle, listing, stats, workers
 from jobchain_sqlite.complete import jobs_complete, lease_error
 from jobchain_sqlite.context import TxContext
 from jobchain_sqlite.create import jobs_create
@@ -335,6 +337,10 @@ class SqliteTx:
 
     async def workers_list(self, params: WorkersList) -> list[WorkerInfo]:
         return await workers.workers_list(self._ctx, params)
+
+    async def queue_stats(self, params: QueueStatsGet) -> QueueStats:
+        """One statement for every per-type figure, one more for throughput (see stats.py)."""
+        return await stats.queue_stats(self._ctx, params)
 
     async def jobs_trigger(self, params: JobsTrigger) -> JobsTriggered:
         """One guarded UPDATE; a lookup only when it refuses (to report why)."""
