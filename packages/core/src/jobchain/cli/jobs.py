@@ -31,6 +31,7 @@ from jobchain.cli.listing import (
     window_options,
 )
 from jobchain.cli.render import (
+    PlainTable,
     chain_json,
     console,
     emit_json,
@@ -161,7 +162,7 @@ def jobs_show_command(job_id: str, state: str | None, as_json: bool) -> None:
 
 def job_panel(job: Job, blockers: list[Chain]) -> Panel:
     """One job in full, for people."""
-    fields = Table.grid(padding=(0, 2))
+    fields = PlainTable.grid(padding=(0, 2))
     fields.add_column(style="bold")
     fields.add_column(overflow="fold")
     rows: list[tuple[str, Any]] = [
@@ -211,4 +212,4 @@ def job_panel(job: Job, blockers: list[Chain]) -> Panel:
         parts.append(head)
         if error.traceback:
             parts.append(Text(error.traceback.rstrip(), style="dim"))
-    return Panel(Group(*parts), title=f"job {job.id}", expand=False)
+    return Panel(Group(*parts), title=Text(f"job {job.id}"), expand=False)

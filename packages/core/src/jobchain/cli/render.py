@@ -124,6 +124,14 @@ WRAPPED_HEADERS = frozenset({"LAST ERROR", "TYPES", "ERROR TYPE"})
 """Free-text columns: they wrap and give up width first on a narrow terminal."""
 
 
+class PlainTable(Table):
+    """A table whose string cells and title are shown as written, never parsed as rich markup:
+    type names, worker names and errors are user data (``[/x]`` would even break the parser)."""
+
+    def add_row(self, *renderables: Any, **options: Any) -> None:
+        super().add_row(*(Text(c) if isinstance(c, str) else c for c in renderables), **options)
+
+
 def table(*headers: str, title: str | None = None) -> Table:
     """A compact table (header rule only): ids keep their width, free text wraps, the rest stays
     on one line (cut with an ellipsis only when the terminal is far too narrow)."""
@@ -135,7 +143,7 @@ def table(*headers: str, title: str | None = None) -> Table:
         else Column(h, no_wrap=True)
         for h in headers
     ]
-    result = Table(*columns, title=title, box=box.SIMPLE_HEAD)
+    result = PlainTable(*columns, title=Text(title) if title is not None else None, box=box.SIMPLE_HEAD)
     result.pad_edge = False
     return result
 
