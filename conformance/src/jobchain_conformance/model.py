@@ -7,7 +7,9 @@ register workers and release the jobs of dead ones, and the lifecycle (fail, can
 prune; rules in ``model_lifecycle``) — against the adapter
 under test and a fresh :class:`jobchain.memory.state.MemoryStateAdapter`, with the same
 explicit ``now`` values and the same ids. After every step both must hold the same jobs
-and chains; every step must return the same result or raise the same error class.
+and chains, the same queue_stats figures and leased_by listings (``model_stats``, an
+invariant that ``LifecycleRules`` carries); every step must return the same result or raise
+the same error class.
 
 The machine only asserts what the contract specifies, so it keeps away from unspecified
 tie-breaks and boundaries: the clock moves in whole seconds while leases, ``alive_for``

@@ -7,7 +7,8 @@ Choices pinned here (the in-process reference's):
   one entry per requested window, in the order asked;
 - the duration sample is the type's completed jobs with ``completed_at >= now -
   duration_window`` that were claimed (``attempt_started_at`` set; a workerless completion
-  has no duration), the ``duration_sample`` most recent by ``completed_at``; each duration is
+  has no duration), the ``duration_sample`` most recent by ``completed_at`` (equal times: the
+  greater job id, in code point order, first); each duration is
   ``completed_at - attempt_started_at``; percentiles are nearest-rank
   (:func:`jobchain.stats.duration_percentiles`); no sample (or ``duration_sample=0``): None;
 - throughput has ``ceil(throughput_window / throughput_step)`` buckets, oldest first, each
@@ -186,6 +187,17 @@ class QueueStatsDurationTests:
         assert one.get("a").durations == AttemptDurations(
             count=1, p50=1000 * SECOND, p95=1000 * SECOND, p99=1000 * SECOND, max=1000 * SECOND
         )
+
+    async def test_completions_at_the_same_time_are_sampled_greater_id_first(
+        self, state_adapter: StateAdapter, now: datetime
+    ) -> None:
+        first = await claimed(state_adapter, now)
+        second = await claimed(state_adapter, now + 10 * SECOND)
+        await finish(state_adapter, first, now + 20 * SECOND)
+        await finish(state_adapter, second, now + 20 * SECOND)
+        took = 20 * SECOND if first.id > second.id else 10 * SECOND
+        stats = await queue_stats(state_adapter, now=now + MINUTE, duration_sample=1)
+        assert stats.get("a").durations == AttemptDurations(count=1, p50=took, p95=took, p99=took, max=took)
 
     async def test_completions_before_the_duration_window_are_left_out(
         self, state_adapter: StateAdapter, now: datetime
