@@ -120,6 +120,7 @@ class Client(ClientLifecycle):
         self._abilities_of: tuple[Observer, ...] | None = None
         self._attempt_observers: tuple[ObservesAttempts, ...] = ()
         self._creation_observers: tuple[ObservesJobCreation, ...] = ()
+        self._records_events = False
 
     @property
     def attempt_observers(self) -> tuple[ObservesAttempts, ...]:
@@ -135,12 +136,20 @@ class Client(ClientLifecycle):
             self._find_abilities()
         return self._creation_observers
 
+    @property
+    def records_transaction_events(self) -> bool:
+        """Whether transactions build events: some observer reads them (see ``transaction_events``)."""
+        if self.observers is not self._abilities_of:
+            self._find_abilities()
+        return self._records_events
+
     def _find_abilities(self) -> None:
         # Once per observer set (``observers`` may be replaced, e.g. by jobchain.telemetry's
         # instrument()): the per-job paths then test a tuple, never isinstance.
         observers = self.observers
         self._attempt_observers = tuple(o for o in observers if isinstance(o, ObservesAttempts))
         self._creation_observers = tuple(o for o in observers if isinstance(o, ObservesJobCreation))
+        self._records_events = any(getattr(o, "transaction_events", True) for o in observers)
         self._abilities_of = observers
 
     # ------------------------------------------------------------ lifecycle
@@ -167,7 +176,7 @@ class Client(ClientLifecycle):
         self._check_open()
         if autocommit and connection is not None:
             raise InvalidArgumentError("autocommit cannot join your connection; your commit decides there")
-        hooks = TransactionHooks(record_events=bool(self.observers))
+        hooks = TransactionHooks(record_events=self.records_transaction_events)
         tx: Transaction | None = None
         state = self.state
         opened = (

@@ -12,6 +12,11 @@ once per observer set, not per job):
   carrier it fills for each job (``Job.trace_context``; a root's is also its
   ``chain_trace_context``, which continuations copy). Several observers fill one carrier
   per job, as composite propagators do.
+
+And one optional attribute: an observer whose ``transaction_events`` is False reads none of
+the events buffered by transactions (``chain_created``, ``job_created``, ``job_completed``,
+…; the worker's own ``job_attempt_*`` and ``worker_*`` events still come). When every
+observer says so, transactions build no events at all, as without observers.
 """
 
 from __future__ import annotations

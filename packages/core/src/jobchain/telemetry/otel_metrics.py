@@ -22,7 +22,7 @@ except ImportError:
     ) from None
 
 from jobchain.telemetry import names
-from jobchain.telemetry.recorder import Attributes, MetricsObserver
+from jobchain.telemetry.recorder import Labels, MetricsObserver
 
 try:
     from importlib.metadata import version
@@ -36,6 +36,7 @@ class _MeterSink:
     """Counters and histograms of one meter, created from :data:`~jobchain.telemetry.names.METRICS`."""
 
     def __init__(self, meter: Meter) -> None:
+        self._attributes: dict[tuple[str, Labels], dict[str, str]] = {}
         self.counters: dict[str, Counter] = {}
         self.histograms: dict[str, Histogram] = {}
         for metric in names.METRICS:
@@ -44,9 +45,7 @@ class _MeterSink:
                     metric.name, unit=metric.unit, description=metric.description
                 )
             elif metric.kind == "histogram":
-                buckets = (
-                    names.DURATION_BUCKETS if metric is names.ATTEMPT_DURATION else names.LATENCY_BUCKETS
-                )
+                buckets = names.buckets(metric)
                 self.histograms[metric.name] = meter.create_histogram(
                     metric.name,
                     unit=metric.unit,
@@ -54,11 +53,18 @@ class _MeterSink:
                     explicit_bucket_boundaries_advisory=list(buckets),
                 )
 
-    def add(self, metric: names.Metric, value: float, attributes: Attributes) -> None:
-        self.counters[metric.name].add(value, attributes)
+    def attributes(self, metric: names.Metric, labels: Labels) -> dict[str, str]:
+        """The attribute dict of ``labels`` (built once per metric and labels)."""
+        found = self._attributes.get((metric.name, labels))
+        if found is None:
+            found = self._attributes[metric.name, labels] = dict(zip(metric.attributes, labels, strict=True))
+        return found
 
-    def record(self, metric: names.Metric, value: float, attributes: Attributes) -> None:
-        self.histograms[metric.name].record(value, attributes)
+    def add(self, metric: names.Metric, value: float, labels: Labels) -> None:
+        self.counters[metric.name].add(value, self.attributes(metric, labels))
+
+    def record(self, metric: names.Metric, value: float, labels: Labels) -> None:
+        self.histograms[metric.name].record(value, self.attributes(metric, labels))
 
 
 class OpenTelemetryMetrics(MetricsObserver):
@@ -83,6 +89,9 @@ class OpenTelemetryMetrics(MetricsObserver):
 
     def _observe(self, metric: names.Metric) -> Callable[[CallbackOptions], Iterable[Observation]]:
         def callback(_options: CallbackOptions) -> Iterable[Observation]:
-            return [Observation(value, attributes) for value, attributes in self.gauge(metric)]
+            return [
+                Observation(value, dict(zip(metric.attributes, labels, strict=True)))
+                for value, labels in self.gauge(metric)
+            ]
 
         return callback

@@ -20,12 +20,13 @@ import errno
 import threading
 from collections.abc import Iterator
 from types import TracebackType
+from typing import Any
 from wsgiref.simple_server import WSGIServer
 
 from jobchain.errors import MetricsPortInUseError
 from jobchain.telemetry import names
 from jobchain.telemetry._extras import PROMETHEUS_EXTRA, MissingExtraError
-from jobchain.telemetry.recorder import Attributes, MetricsObserver
+from jobchain.telemetry.recorder import Labels, MetricsObserver
 
 try:
     from prometheus_client import CollectorRegistry, Counter, Histogram, start_http_server
@@ -44,14 +45,15 @@ def _labels(metric: names.Metric) -> list[str]:
     return [names.PROMETHEUS_LABELS[key] for key in metric.attributes]
 
 
-def _values(metric: names.Metric, attributes: Attributes) -> list[str]:
-    return [attributes.get(key, "") for key in metric.attributes]
-
-
 class _ClientSink:
-    """prometheus_client counters and histograms registered in ``registry``."""
+    """prometheus_client counters and histograms registered in ``registry``.
+
+    Each labelled child is looked up once and kept: ``labels()`` takes a lock and builds a
+    key on every call, a few microseconds a job on the worker's path.
+    """
 
     def __init__(self, registry: CollectorRegistry) -> None:
+        self._children: dict[tuple[str, Labels], Any] = {}
         self.counters: dict[str, Counter] = {}
         self.histograms: dict[str, Histogram] = {}
         for metric in names.METRICS:
@@ -60,24 +62,25 @@ class _ClientSink:
                     metric.prometheus_name, metric.description, _labels(metric), registry=registry
                 )
             elif metric.kind == "histogram":
-                buckets = (
-                    names.DURATION_BUCKETS if metric is names.ATTEMPT_DURATION else names.LATENCY_BUCKETS
-                )
                 self.histograms[metric.name] = Histogram(
                     metric.prometheus_name,
                     metric.description,
                     _labels(metric),
                     registry=registry,
-                    buckets=buckets,
+                    buckets=names.buckets(metric),
                 )
 
-    def add(self, metric: names.Metric, value: float, attributes: Attributes) -> None:
-        self.counters[metric.name].labels(*(attributes.get(k, "") for k in metric.attributes)).inc(value)
+    def add(self, metric: names.Metric, value: float, labels: Labels) -> None:
+        child = self._children.get((metric.name, labels))
+        if child is None:
+            child = self._children[metric.name, labels] = self.counters[metric.name].labels(*labels)
+        child.inc(value)
 
-    def record(self, metric: names.Metric, value: float, attributes: Attributes) -> None:
-        self.histograms[metric.name].labels(*(attributes.get(k, "") for k in metric.attributes)).observe(
-            value
-        )
+    def record(self, metric: names.Metric, value: float, labels: Labels) -> None:
+        child = self._children.get((metric.name, labels))
+        if child is None:
+            child = self._children[metric.name, labels] = self.histograms[metric.name].labels(*labels)
+        child.observe(value)
 
 
 class _QueueGauges(Collector):
@@ -93,8 +96,8 @@ class _QueueGauges(Collector):
                 continue
             family = GaugeMetricFamily(metric.prometheus_name, metric.description, labels=_labels(metric))
             if stats is not None:
-                for value, attributes in self._observer.gauge(metric):
-                    family.add_metric(_values(metric, attributes), value)
+                for value, labels in self._observer.gauge(metric):
+                    family.add_metric(list(labels), value)
             yield family
 
 

@@ -9,9 +9,10 @@ from __future__ import annotations
 
 import time
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from jobchain.contracts.observe import Event, Observer
+from jobchain.contracts.state import JobCreated, NewJob
 from jobchain.entities import Job, JobStatus
 from jobchain.stats import QueueStats
 from jobchain.telemetry import names
@@ -22,27 +23,29 @@ if TYPE_CHECKING:
     from jobchain.client import Client
     from jobchain.worker import Worker
 
-Attributes = dict[str, str]
+Labels = tuple[str, ...]
+"""A metric's attribute values, in the order of its ``attributes`` (what sinks cache by)."""
 
 _LOST = {"job_attempt_" + reason.value: reason.value for reason in AbortReason}
 _STATUSES = tuple(status.value for status in JobStatus)
 
 
 class MetricSink(Protocol):
-    """Where metric updates go (one implementation per export)."""
+    """Where metric updates go (one implementation per export). Runs once or more per job:
+    implementations cache their per-labels instruments (``labels`` is hashable)."""
 
-    def add(self, metric: names.Metric, value: float, attributes: Attributes) -> None:
+    def add(self, metric: names.Metric, value: float, labels: Labels) -> None:
         """Add ``value`` to a counter."""
 
-    def record(self, metric: names.Metric, value: float, attributes: Attributes) -> None:
+    def record(self, metric: names.Metric, value: float, labels: Labels) -> None:
         """Record ``value`` in a histogram."""
 
 
-def gauge_values(metric: names.Metric, stats: QueueStats) -> list[tuple[float, Attributes]]:
+def gauge_values(metric: names.Metric, stats: QueueStats) -> list[tuple[float, Labels]]:
     """The values of one queue gauge in a queue-stats sample."""
-    values: list[tuple[float, Attributes]] = []
+    values: list[tuple[float, Labels]] = []
     for t in stats.types:
-        label = {names.JOB_TYPE: t.type_name}
+        label = (t.type_name,)
         if metric is names.QUEUE_DEPTH:
             values.append((float(t.due), label))
         elif metric is names.QUEUE_OLDEST_DUE_AGE:
@@ -51,7 +54,7 @@ def gauge_values(metric: names.Metric, stats: QueueStats) -> list[tuple[float, A
         elif metric is names.QUEUE_EXPIRED_LEASES:
             values.append((float(t.expired_leases), label))
         elif metric is names.QUEUE_JOBS:
-            values += [(float(t.count(s)), label | {names.JOB_STATUS: s}) for s in _STATUSES]
+            values += [(float(t.count(s)), (t.type_name, s)) for s in _STATUSES]
     return values
 
 
@@ -68,12 +71,14 @@ class _Timing:
     def enter(self) -> None:
         self._started = time.monotonic()
         observer = self._observer
+        running = observer._running
+        record = observer.sink.record
         for job in self._jobs:
-            observer._running[job.id] = (self._started, job.type_name)
+            running[job.id] = self._started
             claimed = job.attempt_started_at
             if claimed is not None:
                 latency = max(0.0, (claimed - job.scheduled_at).total_seconds())
-                observer.sink.record(names.WAKEUP_LATENCY, latency, {names.JOB_TYPE: job.type_name})
+                record(names.WAKEUP_LATENCY, latency, (job.type_name,))
 
     def error(self, error: BaseException) -> None:
         return None
@@ -84,8 +89,28 @@ class _Timing:
             running.pop(job.id, None)
 
 
+class _Created:
+    """A creation scope that counts the jobs a write created (a deduplicated start created none)."""
+
+    __slots__ = ("_sink",)
+
+    def __init__(self, sink: MetricSink) -> None:
+        self._sink = sink
+
+    def inject(self, index: int, carrier: dict[str, str]) -> None:
+        return None
+
+    def end(self, created: Sequence[JobCreated] | None, error: BaseException | None) -> None:
+        for item in created or ():
+            if not item.deduplicated:
+                self._sink.add(names.JOBS_CREATED, 1, (item.job.type_name,))
+
+
 class MetricsObserver:
     """Counts jobs and times attempts from events; serves the queue gauges from its samplers.
+
+    Reads only the worker's events and its attempt and creation scopes, so transactions need
+    not build their events for it (``transaction_events = False``).
 
     An observer (pass it to ``jobchain.connect(observers=[...])``, or let
     :meth:`sample_queue` attach it to a worker's client) with the ``ObservesAttempts``
@@ -93,50 +118,52 @@ class MetricsObserver:
     :class:`jobchain.telemetry.prometheus.PrometheusMetrics`.
     """
 
+    transaction_events = False
+
     def __init__(self, sink: MetricSink) -> None:
         self.sink = sink
         self.samplers: list[QueueStatsSampler] = []
-        self._running: dict[str, tuple[float, str]] = {}  # job id -> (attempt start, type)
+        self._running: dict[str, float] = {}  # job id -> its attempt's start (monotonic)
 
     # ------------------------------------------------------------ observer
 
     def on_event(self, event: Event) -> None:
+        # Several events per job reach here: the common ones are decided first and cheaply.
         name = event.name
         attrs = event.attributes
-        if name == "job_created":
-            self.sink.add(names.JOBS_CREATED, 1, {names.JOB_TYPE: str(attrs.get("type_name"))})
-            return
-        if not name.startswith("job_"):
-            return
-        type_name = str(attrs.get("job.type"))
-        labels = {names.JOB_TYPE: type_name}
+        add = self.sink.add
         if name == "job_attempt_started":
-            self.sink.add(names.JOBS_STARTED, 1, labels)
+            add(names.JOBS_STARTED, 1, (attrs["job.type"],))
         elif name == "job_attempt_completed":
-            self.sink.add(names.JOBS_COMPLETED, 1, labels)
-            self._timed(attrs, labels, "completed")
+            type_name = attrs["job.type"]
+            add(names.JOBS_COMPLETED, 1, (type_name,))
+            self._timed(attrs, type_name, "completed")
         elif name == "job_attempt_failed":
-            error = {names.ERROR_TYPE: str(attrs.get("error.type", ""))}
+            type_name = attrs["job.type"]
+            error_type = str(attrs.get("error.type", ""))
             if attrs.get("final"):
-                self.sink.add(names.JOBS_FAILED, 1, labels | error)
-                self._timed(attrs, labels, "failed")
+                add(names.JOBS_FAILED, 1, (type_name, error_type))
+                self._timed(attrs, type_name, "failed")
             else:
-                self.sink.add(names.JOBS_RETRIED, 1, labels | error)
-                self._timed(attrs, labels, "retried")
+                add(names.JOBS_RETRIED, 1, (type_name, error_type))
+                self._timed(attrs, type_name, "retried")
         elif name == "job_timed_out":
-            self.sink.add(names.JOBS_TIMED_OUT, 1, labels)
+            add(names.JOBS_TIMED_OUT, 1, (attrs["job.type"],))
         elif name in _LOST:
-            self.sink.add(names.ATTEMPTS_LOST, 1, labels | {names.LOST_REASON: _LOST[name]})
-            self._timed(attrs, labels, "lost")
+            type_name = attrs["job.type"]
+            add(names.ATTEMPTS_LOST, 1, (type_name, _LOST[name]))
+            self._timed(attrs, type_name, "lost")
 
-    def _timed(self, attrs: dict[str, object], labels: Attributes, outcome: str) -> None:
-        started = self._running.pop(str(attrs.get("job.id")), None)
+    def _timed(self, attrs: dict[str, Any], type_name: str, outcome: str) -> None:
+        started = self._running.pop(attrs["job.id"], None)
         if started is not None:
-            duration = time.monotonic() - started[0]
-            self.sink.record(names.ATTEMPT_DURATION, duration, labels | {names.OUTCOME: outcome})
+            self.sink.record(names.ATTEMPT_DURATION, time.monotonic() - started, (type_name, outcome))
 
     def attempt_scope(self, jobs: Sequence[Job], worker_id: str) -> _Timing:
         return _Timing(self, jobs)
+
+    def creation_scope(self, jobs: Sequence[NewJob], blockers: object, parent: object) -> _Created:
+        return _Created(self.sink)
 
     # ------------------------------------------------------------ queue gauges
 
@@ -148,7 +175,7 @@ class MetricsObserver:
                 return latest
         return None
 
-    def gauge(self, metric: names.Metric) -> list[tuple[float, Attributes]]:
+    def gauge(self, metric: names.Metric) -> list[tuple[float, Labels]]:
         """The values a queue gauge reports now (none unless this process samples)."""
         stats = self.queue_stats()
         return [] if stats is None else gauge_values(metric, stats)

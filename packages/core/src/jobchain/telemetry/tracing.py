@@ -224,6 +224,9 @@ class Tracing:
     ``jobchain.connect(observers=[...])`` in the processes that start chains and in workers.
     """
 
+    transaction_events = False
+    """Tracing reads only the worker's attempt events: transactions need not build theirs."""
+
     def __init__(
         self, tracer_provider: TracerProvider | None = None, propagator: TextMapPropagator | None = None
     ) -> None:
