@@ -185,3 +185,15 @@ class TestDelete:
         assert shop.due in selected_both["deleted"]
         assert selected_both["skipped"] == []
         json.dumps(selected_both)
+
+
+def test_bulk_delete_takes_a_blocker_after_its_dependent_in_a_later_batch(shop: Shop) -> None:
+    # Oldest first, one per batch: the due charge comes before the order it blocks, is refused,
+    # and goes in the second pass once the order is gone.
+    document = ok_json(
+        shop.url, "delete", "--type", "charge", "--type", "place_order", "--batch-size", "1", "--yes"
+    )
+    assert document["skipped"] == []
+    assert sorted(document["deleted"]) == sorted(
+        [shop.completed, shop.expired, shop.running, shop.due, shop.blocked]
+    )
