@@ -128,6 +128,7 @@ class MetricsObserver:
     # ------------------------------------------------------------ observer
 
     def on_event(self, event: Event) -> None:
+        """Count the worker's ``job_attempt_*`` events; time the attempts they end."""
         # Several events per job reach here: the common ones are decided first and cheaply.
         name = event.name
         attrs = event.attributes
@@ -160,9 +161,11 @@ class MetricsObserver:
             self.sink.record(names.ATTEMPT_DURATION, time.monotonic() - started, (type_name, outcome))
 
     def attempt_scope(self, jobs: Sequence[Job], worker_id: str) -> _Timing:
+        """Time the attempt and record each job's wake-up latency (``ObservesAttempts``)."""
         return _Timing(self, jobs)
 
     def creation_scope(self, jobs: Sequence[NewJob], blockers: object, parent: object) -> _Created:
+        """Count the jobs the write creates (``ObservesJobCreation``)."""
         return _Created(self.sink)
 
     # ------------------------------------------------------------ queue gauges

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Mapping, Sequence
+from contextvars import Token
 from typing import Any
 
 from jobchain.telemetry._extras import OTEL_EXTRA, MissingExtraError
@@ -24,6 +25,7 @@ from jobchain.telemetry._extras import OTEL_EXTRA, MissingExtraError
 try:
     from opentelemetry import context as otel_context
     from opentelemetry import propagate, trace
+    from opentelemetry.context import Context
     from opentelemetry.propagators.textmap import TextMapPropagator
     from opentelemetry.trace import Link, Span, SpanKind, Status, StatusCode, Tracer, TracerProvider
 except ImportError:
@@ -112,7 +114,7 @@ class _Process:
         self._jobs = jobs
         self._worker_id = worker_id
         self._span: Span | None = None
-        self._token: object | None = None
+        self._token: Token[Context] | None = None
         self.failed = False
 
     @property
@@ -172,7 +174,7 @@ class _Process:
             if self._tracing.active.get(job.id) is self:
                 del self._tracing.active[job.id]
         if self._token is not None:
-            otel_context.detach(self._token)  # type: ignore[arg-type]  # the token attach() returned
+            otel_context.detach(self._token)
             self._token = None
         if self._span is not None:
             self._span.end()
@@ -239,6 +241,7 @@ class Tracing:
         return None if chain is None else self.link_to_job(chain.root)
 
     def link_to_job(self, job: Job) -> Link | None:
+        """A link to a job's stored context (None if it has none, or not a valid one)."""
         carrier = _carrier(job.trace_context)
         if carrier is None:
             return None
@@ -246,6 +249,7 @@ class Tracing:
         return Link(context) if context.is_valid else None
 
     def on_event(self, event: Event) -> None:
+        """Record a worker's ``job_attempt_*`` event on the span of its attempt."""
         if not event.name.startswith("job_"):
             return
         scope = self.active.get(str(event.attributes.get("job.id")))
@@ -255,7 +259,9 @@ class Tracing:
     def creation_scope(
         self, jobs: Sequence[NewJob], blockers: Mapping[str, Chain], parent: Job | None
     ) -> _Publish:
+        """Start one ``publish <type>`` span per new job (``ObservesJobCreation``)."""
         return _Publish(self, jobs, blockers)
 
     def attempt_scope(self, jobs: Sequence[Job], worker_id: str) -> _Process:
+        """The ``process <type>`` span of one attempt or batch (``ObservesAttempts``)."""
         return _Process(self, jobs, worker_id)
