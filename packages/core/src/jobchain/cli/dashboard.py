@@ -9,7 +9,9 @@ from __future__ import annotations
 
 import asyncio
 import secrets
+import signal
 from dataclasses import replace
+from types import FrameType
 
 import click
 import uvicorn  # imported here: a missing extra makes the CLI name the install line
@@ -17,6 +19,10 @@ import uvicorn  # imported here: a missing extra makes the CLI name the install 
 from jobchain.cli.common import NOTIFY_URL_HELP, STATE_URL_HELP
 from jobchain.dashboard import DashboardSettings, check_bind, create_app
 from jobchain.errors import JobchainError
+
+
+def _interrupt(signum: int, frame: FrameType | None) -> None:
+    raise KeyboardInterrupt
 
 
 def _one_line(error: Exception) -> str:
@@ -71,6 +77,11 @@ def dashboard_command(
             f"Log in at http://{shown}:{port}{root_path}/login",
             err=True,
         )
+    # uvicorn re-raises the signal it caught once it has shut down. Under asyncio.run's own
+    # handler that cancels this task mid-cleanup (the client's close); a plain handler raising
+    # KeyboardInterrupt lets the close finish first.
+    signal.signal(signal.SIGINT, _interrupt)
+    signal.signal(signal.SIGTERM, _interrupt)  # a container's stop: the same clean shutdown
     try:
         asyncio.run(_serve(state, notify, settings, host, port, root_path))
     except JobchainError as exc:
