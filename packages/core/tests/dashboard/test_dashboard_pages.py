@@ -290,3 +290,30 @@ async def test_workers_page_shows_live_workers_and_what_they_hold(
         await wait_until(done, "the held job to complete")
     page = (await browser.get("/workers")).text
     assert "stopped" in row(page, "worker", info.id)
+
+
+async def test_retry_all_matching_redrives_every_failed_chain_of_the_filter(
+    browser: Browser, client: Client, seeded: Seeded
+) -> None:
+    page = (await browser.get("/jobs?status=failed&type=send_email")).text
+    assert 'data-action="retry-all"' not in page  # nothing failed of that type: nothing to offer
+    page_url = "/jobs?status=failed&type=flaky"
+    assert 'data-action="retry-all"' in (await browser.get(page_url)).text
+    response = await browser.post_from(
+        page_url, "/actions/retry-all", status="failed", type="flaky", error_type="FailJob"
+    )
+    assert response.status_code == 303
+    after = (await browser.get(response.headers["location"])).text
+    assert "2 chains retried." in after
+    for chain_id in (seeded.failed, seeded.hostile):
+        assert await status_of(client, chain_id) is JobStatus.PENDING
+    none_left = await browser.post_from("/jobs", "/actions/retry-all", status="failed")
+    assert "0 chains retried." in (await browser.get(none_left.headers["location"])).text
+    refused = await browser.post_from("/jobs", "/actions/retry-all", status="pending")
+    assert refused.status_code == 409
+    assert "statuses must be" in refused.text
+
+
+async def status_of(client: Client, job_id: str) -> JobStatus | None:
+    job = await client.get_job(job_id)
+    return None if job is None else job.status

@@ -214,6 +214,7 @@ async def test_read_only_hides_and_refuses_every_action(client: Client, seeded: 
         ("retry", "job_id", seeded.failed),
         ("cancel", "chain_id", seeded.pending[0]),
         ("delete", "chain_id", seeded.hostile),
+        ("retry-all", "status", "failed"),
     ):
         response = await web.http.post(f"/actions/{action}", data={"csrf_token": token, field: value})
         assert response.status_code == 403

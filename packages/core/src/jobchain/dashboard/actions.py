@@ -28,6 +28,8 @@ from jobchain.errors import (
 )
 
 DEFAULT_CANCEL_REASON: Final = "cancelled from the dashboard"
+RETRY_ALL_LIMIT: Final = 1_000
+"""Chains one "retry all" click redrives at most (the page then says to click again)."""
 REFUSED: Final = (
     BlockerReferenceError,
     ChainNotCancellableError,
@@ -126,6 +128,29 @@ async def retry(request: Request) -> Response:
     return _back(request, form, "retried", job_id)
 
 
+async def retry_all(request: Request) -> Response:
+    """Redrive every failed (or cancelled) chain matching the page's filters, oldest first,
+    up to :data:`RETRY_ALL_LIMIT` per click."""
+    form = await _action_form(request)
+    status = str(form.get("status") or "failed")
+    type_name = str(form.get("type") or "").strip()
+    error_type = str(form.get("error_type") or "").strip()
+    client = await client_of(request)
+    try:
+        async with client.transaction() as tx:
+            result = await client.retry_chains(
+                tx,
+                type_names=[type_name] if type_name else [],
+                statuses=[status],
+                error_types=[error_type] if error_type else [],
+                limit=RETRY_ALL_LIMIT,
+            )
+    except REFUSED as exc:
+        return _refused(request, form, exc)
+    done = "retried_more" if result.has_more else "retried_all"
+    return _back(request, form, done, str(len(result.retried)))
+
+
 async def cancel(request: Request) -> Response:
     """Cancel a chain (its running job's worker sees its abort signal)."""
     form = await _action_form(request)
@@ -194,4 +219,14 @@ async def logout(request: Request) -> Response:
     return response
 
 
-__all__ = ["cancel", "checked_form", "delete", "login", "login_form", "logout", "retry", "safe_next"]
+__all__ = [
+    "retry_all",
+    "cancel",
+    "checked_form",
+    "delete",
+    "login",
+    "login_form",
+    "logout",
+    "retry",
+    "safe_next",
+]

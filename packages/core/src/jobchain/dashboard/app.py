@@ -57,6 +57,7 @@ def _build(source: ClientSource, settings: DashboardSettings) -> Starlette:
         Route("/login", actions.login, methods=["POST"]),
         Route("/logout", actions.logout, methods=["POST"], name="logout"),
         Route("/actions/retry", actions.retry, methods=["POST"], name="retry"),
+        Route("/actions/retry-all", actions.retry_all, methods=["POST"], name="retry_all"),
         Route("/actions/cancel", actions.cancel, methods=["POST"], name="cancel"),
         Route("/actions/delete", actions.delete, methods=["POST"], name="delete"),
         Mount("/static", app=StaticFiles(directory=HERE / "static"), name="static"),

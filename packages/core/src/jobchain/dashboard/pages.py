@@ -25,17 +25,23 @@ NOTICES: Final = {
     "retried": "Job {} retried.",
     "cancelled": "Chain {} cancelled.",
     "deleted": "Chain {} deleted.",
+    "retried_all": "{} chains retried.",
+    "retried_more": "{} chains retried; more match: retry all again to go on.",
 }
+COUNTED: Final = frozenset({"retried_all", "retried_more"})
 MAX_CHAIN_BLOCKER_READS: Final = 50
 """A chain page reads the blockers of at most this many of its jobs (one read each)."""
 
 
 def notice(request: Request) -> str | None:
-    """The confirmation of the action that redirected here (fixed texts, an id at most)."""
-    template = NOTICES.get(request.query_params.get("done", ""))
+    """The confirmation of the action that redirected here (fixed texts, an id or a count)."""
+    done = request.query_params.get("done", "")
+    template = NOTICES.get(done)
     subject = request.query_params.get("subject", "")
     if template is None:
         return None
+    if done in COUNTED:
+        return template.format(int(subject) if subject.isdigit() else 0)
     try:
         return template.format(validate_id(subject))
     except InvalidJobIdError:
