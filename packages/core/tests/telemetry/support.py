@@ -42,9 +42,9 @@ def memory_client(types: JobTypes, *observers: object) -> Client:
     return Client(MemoryStateAdapter(), MemoryNotifyAdapter(), types, observers=observers)  # type: ignore[arg-type]
 
 
-async def wait_until(probe: Callable[[], Awaitable[T | None]], what: str) -> T:
+async def wait_until(probe: Callable[[], Awaitable[T | None]], what: str, bound: float = BOUND) -> T:
     try:
-        async with asyncio.timeout(BOUND):
+        async with asyncio.timeout(bound):
             while True:
                 value = await probe()
                 if value:

@@ -64,7 +64,8 @@ async def test_a_worker_process_serves_its_metrics(tmp_path: Path) -> None:
             # The queue gauges appear once the worker registered and sampled (it is alone).
             return response.text if "jobchain_queue_jobs{" in response.text else None
 
-        text = await wait_until(scrape, "the worker's metrics endpoint")
+        # A fresh interpreter imports the CLI and connects first: allow a loaded machine time.
+        text = await wait_until(scrape, "the worker's metrics endpoint", bound=60)
     finally:
         process.send_signal(signal.SIGTERM)
         async with asyncio.timeout(30):

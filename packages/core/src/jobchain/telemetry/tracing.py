@@ -133,10 +133,10 @@ class _Process:
             names.MESSAGING_CLIENT_ID: self._worker_id,
             names.WORKER_ID: self._worker_id,
         }
-        links = [link for job in jobs if (link := tracing.link_to_job(job)) is not None]
         parent = None
         if self.batch:
             attributes[names.MESSAGING_BATCH_COUNT] = len(jobs)
+            links = [link for job in jobs if (link := tracing.link_to_job(job)) is not None]
         else:
             attributes |= {
                 names.MESSAGING_MESSAGE_ID: first.id,
@@ -146,9 +146,13 @@ class _Process:
                 names.CHAIN_INDEX: first.chain_index,
                 names.JOB_ATTEMPT: first.attempt,
             }
+            links = []
             carrier = _carrier(first.trace_context)
             if carrier is not None:
                 parent = tracing.propagator.extract(carrier)
+                created = trace.get_current_span(parent).get_span_context()
+                if created.is_valid:  # the parent, linked too: the message's creation context
+                    links.append(Link(created))
         span = tracing.tracer.start_span(
             names.process_span_name(first.type_name),
             context=parent,
