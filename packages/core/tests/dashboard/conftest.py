@@ -147,9 +147,11 @@ def csrf_of(html: str) -> str:
 class Browser:
     """An HTTP client with a cookie jar, talking to the app in-process."""
 
-    def __init__(self, app: Any, base_url: str = "http://dash.test") -> None:
+    def __init__(self, app: Any, base_url: str = "http://dash.test", address: str = "127.0.0.1") -> None:
         self.http = httpx.AsyncClient(
-            transport=httpx.ASGITransport(app=app), base_url=base_url, headers={"accept": "text/html"}
+            transport=httpx.ASGITransport(app=app, client=(address, 40000)),
+            base_url=base_url,
+            headers={"accept": "text/html"},
         )
 
     async def login(self, token: str = TOKEN, path: str = "") -> httpx.Response:

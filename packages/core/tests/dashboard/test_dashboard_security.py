@@ -19,7 +19,7 @@ from jobchain.dashboard import (
     create_app,
     create_app_from_url,
 )
-from jobchain.dashboard.security import COOKIE
+from jobchain.dashboard.security import COOKIE, FailedLogins
 from jobchain.errors import InvalidArgumentError
 
 from .conftest import HOSTILE, SECRET, TOKEN, Browser, Seeded, csrf_of, settings
@@ -140,6 +140,48 @@ async def test_changing_the_token_ends_existing_sessions(client: Client) -> None
     assert (await rotated.get("/")).status_code == 303
     await web.aclose()
     await rotated.aclose()
+
+
+async def test_repeated_wrong_credentials_are_refused_for_a_while(client: Client) -> None:
+    app = create_app(client, settings())
+    guesser = Browser(app, address="203.0.113.7")
+    page = await guesser.get("/login")
+    for _ in range(10):
+        wrong = await guesser.http.post("/login", data={"csrf_token": csrf_of(page.text), "token": "guess"})
+        assert wrong.status_code == 401
+    right = await guesser.http.post("/login", data={"csrf_token": csrf_of(page.text), "token": TOKEN})
+    assert right.status_code == 429
+    assert "Too many failed logins" in right.text
+    assert (await guesser.get("/")).status_code == 303  # not logged in
+    bearer = await guesser.get("/", headers={"authorization": f"Bearer {TOKEN}"})
+    assert bearer.status_code == 429
+    someone_else = Browser(app, address="198.51.100.2")
+    assert (await someone_else.login()).status_code == 303
+    await guesser.aclose()
+    await someone_else.aclose()
+
+
+async def test_wrong_bearer_tokens_count_as_failed_logins(client: Client) -> None:
+    web = Browser(create_app(client, settings()), address="203.0.113.8")
+    for _ in range(10):
+        assert (await web.get("/", headers={"authorization": "Bearer guess"})).status_code == 401
+    refused = await web.get("/", headers={"authorization": f"Bearer {TOKEN}"})
+    assert refused.status_code == 429
+    assert refused.headers["retry-after"] == "60"
+    await web.aclose()
+
+
+def test_failed_logins_are_forgotten_after_the_window() -> None:
+    now = [0.0]
+    failures = FailedLogins(limit=3, window=60.0, clock=lambda: now[0])
+    for _ in range(3):
+        failures.record("a")
+    assert failures.blocked("a")
+    assert not failures.blocked("b")
+    now[0] = 59.0
+    assert failures.blocked("a")
+    now[0] = 60.5
+    assert not failures.blocked("a")
 
 
 # ---------------------------------------------------------------- CSRF

@@ -16,7 +16,7 @@ from starlette.requests import Request
 from starlette.responses import RedirectResponse, Response
 
 from jobchain.dashboard.context import client_of, render
-from jobchain.dashboard.security import Guard, Session, cookie_header
+from jobchain.dashboard.security import Guard, Session, client_address, cookie_header
 from jobchain.entities import validate_id
 from jobchain.errors import (
     BlockerReferenceError,
@@ -195,11 +195,15 @@ async def login(request: Request) -> Response:
     """Check the token or user name and password; on success start a fresh session."""
     form = await checked_form(request)
     guard = _guard(request)
+    client = client_address(request.scope)
+    if guard.failures.blocked(client):
+        return await login_form(request, "Too many failed logins from this address: wait a minute.", 429)
     token = str(form.get("token") or "")
     username = str(form.get("username") or "")
     password = str(form.get("password") or "")
     valid = guard.check_token(token) if token else guard.check_password(username, password)
     if not valid:
+        guard.failures.record(client)
         return await login_form(request, "Wrong credentials.", 401)
     # A new session id at login: a session planted before it is worth nothing after it.
     session = guard.new_session(authenticated=True)

@@ -18,6 +18,8 @@ import hashlib
 import hmac
 import secrets
 import time
+from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Final
 
@@ -33,7 +35,44 @@ CSP: Final = (
     "connect-src 'self'; form-action 'self'; frame-ancestors 'none'; base-uri 'none'"
 )
 """No inline script or style anywhere: injected markup could not run even if it escaped."""
-PUBLIC_PATHS: Final = ("/static/", "/login")
+MAX_TRACKED_CLIENTS: Final = 10_000
+"""Addresses whose failed logins are remembered at most (memory stays bounded)."""
+
+
+class FailedLogins:
+    """Wrong credentials per client address: after ``limit`` within ``window`` seconds that
+    address is refused (429) until the oldest of them is ``window`` seconds old.
+
+    In memory, per process. Behind a proxy every client may share one address: a burst of
+    wrong guesses then locks everyone out for a minute, which is the price of slowing down a
+    guesser at all.
+    """
+
+    def __init__(self, limit: int = 10, window: float = 60.0, clock: Callable[[], float] = time.monotonic):
+        self.limit = limit
+        self.window = window
+        self._clock = clock
+        self._seen: dict[str, deque[float]] = {}
+
+    def _recent(self, client: str) -> deque[float]:
+        times = self._seen.get(client)
+        if times is None:
+            return deque()
+        horizon = self._clock() - self.window
+        while times and times[0] <= horizon:
+            times.popleft()
+        if not times:
+            del self._seen[client]
+        return times
+
+    def blocked(self, client: str) -> bool:
+        return len(self._recent(client)) >= self.limit
+
+    def record(self, client: str) -> None:
+        if len(self._seen) >= MAX_TRACKED_CLIENTS and client not in self._seen:
+            self._seen.pop(next(iter(self._seen)))  # the longest-tracked address goes first
+        self._recent(client)
+        self._seen.setdefault(client, deque()).append(self._clock())
 
 
 @dataclass(frozen=True, slots=True)
@@ -56,6 +95,7 @@ class Guard:
                 "app authenticates every request before it reaches the dashboard"
             )
         self.settings = settings
+        self.failures = FailedLogins()
         secret = settings.secret_key or secrets.token_bytes(32)
         material = "\0".join([settings.token or "", settings.username or "", settings.password or ""])
         self._key = hmac.new(secret, b"jobchain-dashboard\0" + material.encode(), hashlib.sha256).digest()
@@ -127,6 +167,23 @@ def _same(given: str, expected: str) -> bool:
     return hmac.compare_digest(given.encode(), expected.encode())
 
 
+def client_address(scope: Scope) -> str:
+    """The peer's address (the proxy's, behind one that uvicorn does not trust)."""
+    client = scope.get("client")
+    return str(client[0]) if client else ""
+
+
+async def too_many_failures(scope: Scope, receive: Receive, send: Send) -> None:
+    from starlette.responses import PlainTextResponse
+
+    response = PlainTextResponse(
+        "too many failed logins from this address: wait a minute",
+        status_code=429,
+        headers={"Retry-After": "60"},
+    )
+    await response(scope, receive, send)
+
+
 def route_path(scope: Scope) -> str:
     """The request path below the app's mount point (``root_path``)."""
     path: str = scope.get("path", "")
@@ -161,7 +218,14 @@ class GuardMiddleware:
         fresh = session is None
         if session is None:
             session = guard.new_session(authenticated=False)
-        by_header = guard.check_authorization(connection.headers.get("authorization"))
+        header = connection.headers.get("authorization")
+        client = client_address(scope)
+        if header and guard.failures.blocked(client):
+            await too_many_failures(scope, receive, send)
+            return
+        by_header = guard.check_authorization(header)
+        if header and not by_header:
+            guard.failures.record(client)
         authenticated = session.authenticated or by_header or guard.settings.allow_anonymous
         scope.setdefault("state", {})
         scope["state"].update(jobchain_session=session, jobchain_authenticated=authenticated)
@@ -213,4 +277,13 @@ async def refuse(scope: Scope, receive: Receive, send: Send, guard: Guard) -> No
     await response(scope, receive, send)
 
 
-__all__ = ["COOKIE", "CSP", "Guard", "GuardMiddleware", "Session", "cookie_header", "route_path"]
+__all__ = [
+    "COOKIE",
+    "CSP",
+    "FailedLogins",
+    "Guard",
+    "GuardMiddleware",
+    "Session",
+    "cookie_header",
+    "route_path",
+]
