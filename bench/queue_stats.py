@@ -60,10 +60,11 @@ INSERT INTO {job} (
     id, chain_id, type_name, chain_type_name, chain_index, status, input, created_at, scheduled_at,
     attempt, last_attempt_at, leased_by, leased_until, lease_generation, completed_at, completed_by,
     first_attempt_at, attempt_started_at, attempt_errors, failed_at, cancelled_at, cancel_reason,
-    open_blocker_count)
+    open_blocker_count, failed_error_type)
 SELECT id, id, type_name, type_name, 0, status::text::{job_status}, '{{"n": 1}}'::jsonb, created_at,
     scheduled_at, attempt, started, leased_by, leased_until, attempt, completed_at, completed_by,
-    started, started, attempt_errors, failed_at, cancelled_at, cancel_reason, blocked
+    started, started, attempt_errors, failed_at, cancelled_at, cancel_reason, blocked,
+    CASE WHEN status = 'failed' THEN COALESCE(attempt_errors -> -1 ->> 'error_type', '') END
 FROM (
     SELECT g.*,
         CASE WHEN g.status IN ('pending', 'blocked') THEN NULL ELSE g.finished - g.took END AS started,

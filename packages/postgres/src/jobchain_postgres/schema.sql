@@ -51,6 +51,7 @@ CREATE TABLE {job} (
     cancel_reason       text,                        -- the reason given to cancel_chain
     failed_by_chain_id  uuid,                        -- the blocker chain whose failure failed this job
     runs_after_failed_blockers boolean NOT NULL DEFAULT false, -- runs once blockers are terminal, whatever their status
+    failed_error_type   text,                        -- a failed job's last error type ('' for none)
     CHECK ((chain_index = 0) = (id = chain_id))
 ) WITH (
     fillfactor = 75,
@@ -117,9 +118,10 @@ CREATE INDEX {job_listing_type_name_idx} ON {job} (type_name, created_at DESC, i
 CREATE INDEX {job_chain_listing_type_name_idx} ON {job} (chain_type_name, created_at DESC, id DESC)
     WHERE chain_index = 0;
 -- queue_stats: jobs neither pending nor running by type and status (completed ones by completion
--- time), with what its figures read, index-only; a job gains an entry when it completes.
+-- time), with what its figures read (failures by error type too), index-only; a job gains an
+-- entry when it completes.
 CREATE INDEX {job_stats_idx} ON {job} (type_name, status, completed_at, id)
-    INCLUDE (attempt_started_at, failed_at, cancelled_at)
+    INCLUDE (attempt_started_at, failed_at, cancelled_at, failed_error_type)
     WHERE status NOT IN ('pending', 'running');
 -- worker_heartbeat: the dead scan (workers that still claim to be alive, by alive_until).
 CREATE INDEX {worker_alive_idx} ON {worker} (alive_until)

@@ -29,6 +29,10 @@ failed AS (
                 WHERE e.n > jsonb_array_length(COALESCE(j.attempt_errors, '[]'::jsonb)) + 1 - %(kept)s::integer
             )
         END,
+        -- The type of the history's last entry (queue_stats counts failures by it, index-only).
+        failed_error_type = COALESCE(
+            %(attempt_error)s::jsonb -> -1 ->> 'error_type', j.attempt_errors -> -1 ->> 'error_type', ''
+        ),
         leased_by = NULL,
         leased_until = NULL
     FROM target AS t, clock

@@ -204,7 +204,10 @@ new_rows AS (
             'message', f.cause,
             'traceback', NULL,
             'at', to_char(clock.now AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.US"+00:00"')
-        )) END AS attempt_errors
+        )) END AS attempt_errors,
+        CASE WHEN f.chain_id IS NOT NULL THEN
+            CASE WHEN f.last_status = 'failed' THEN 'BlockerChainFailed' ELSE 'BlockerChainCancelled' END
+        END AS failed_error_type
     FROM to_insert AS t
     CROSS JOIN clock
     LEFT JOIN open_blockers AS o ON o.ord = t.ord
@@ -221,11 +224,13 @@ new_roots AS (
     INSERT INTO {job} (
         id, chain_id, type_name, chain_type_name, chain_index, status, input, created_at, scheduled_at,
         deduplication_key, trace_context, chain_trace_context, open_blocker_count,
-        runs_after_failed_blockers, failed_at, failed_by_chain_id, last_attempt_error, attempt_errors
+        runs_after_failed_blockers, failed_at, failed_by_chain_id, last_attempt_error, attempt_errors,
+        failed_error_type
     )
     SELECT id, chain_id, type_name, chain_type_name, chain_index, status, input, created_at, scheduled_at,
            dedup_key, trace_context, chain_trace_context, open_blocker_count,
-           runs_after, failed_at, failed_by_chain_id, last_attempt_error, attempt_errors
+           runs_after, failed_at, failed_by_chain_id, last_attempt_error, attempt_errors,
+           failed_error_type
     FROM new_rows
     WHERE new_rows.chain_index = 0
     ORDER BY new_rows.ord
@@ -235,11 +240,13 @@ new_steps AS (
     INSERT INTO {job} AS j (
         id, chain_id, type_name, chain_type_name, chain_index, status, input, created_at, scheduled_at,
         deduplication_key, trace_context, chain_trace_context, open_blocker_count,
-        runs_after_failed_blockers, failed_at, failed_by_chain_id, last_attempt_error, attempt_errors
+        runs_after_failed_blockers, failed_at, failed_by_chain_id, last_attempt_error, attempt_errors,
+        failed_error_type
     )
     SELECT id, chain_id, type_name, chain_type_name, chain_index, status, input, created_at, scheduled_at,
            dedup_key, trace_context, chain_trace_context, open_blocker_count,
-           runs_after, failed_at, failed_by_chain_id, last_attempt_error, attempt_errors
+           runs_after, failed_at, failed_by_chain_id, last_attempt_error, attempt_errors,
+           failed_error_type
     FROM new_rows
     WHERE new_rows.chain_index > 0
     ORDER BY new_rows.ord

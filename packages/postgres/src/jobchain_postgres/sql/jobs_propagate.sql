@@ -82,6 +82,7 @@ failed AS (
         failed_at = clock.now,
         failed_by_chain_id = c.by_chain_id,
         last_attempt_error = c.message,
+        failed_error_type = c.error_type,
         attempt_errors = (
             SELECT jsonb_agg(e.entry ORDER BY e.n)
             FROM jsonb_array_elements(

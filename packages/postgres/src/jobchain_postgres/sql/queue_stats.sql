@@ -8,12 +8,11 @@
 -- * pending, due, scheduled, oldest due: job_acquisition_idx, index-only;
 -- * running, expired leases: job_expired_lease_idx, index-only (a running job always has a
 --   lease: every claim sets leased_until and nothing clears it while the job runs);
--- * blocked, completed, failed, cancelled and their windows, the duration sample and the
---   throughput buckets: job_stats_idx, index-only. A count reads one index entry per job of the
---   type in that status; windows and buckets read only the entries in their range (completed)
---   or the type's failed and cancelled entries; the sample only its newest entries;
--- * failures by error type: job_stats_idx, one heap visit per failed job of the type (the error
---   history lives in the row; retention keeps the failed set bounded).
+-- * blocked, completed, failed, cancelled and their windows, failures by error type
+--   (failed_error_type), the duration sample and the throughput buckets: job_stats_idx,
+--   index-only. A count reads one index entry per job of the type in that status; windows and
+--   buckets read only the entries in their range (completed) or the type's failed and cancelled
+--   entries; the sample only its newest entries.
 WITH RECURSIVE
 clock AS MATERIALIZED (
     SELECT COALESCE(%(now)s::timestamptz, statement_timestamp()) AS now
@@ -131,7 +130,7 @@ per_type AS (
         FROM (
             SELECT g.error_type, g.n
             FROM (
-                SELECT COALESCE(j.attempt_errors -> -1 ->> 'error_type', '') AS error_type, count(*) AS n
+                SELECT COALESCE(j.failed_error_type, '') AS error_type, count(*) AS n
                 FROM {job} AS j
                 WHERE j.type_name = t.type_name AND j.status = 'failed'
                 GROUP BY 1
