@@ -28,6 +28,7 @@ import uvicorn
 from jobchain import Client, FailJob, JobStatus, Schedule, connect
 from jobchain.completion import Completion
 from jobchain.dashboard import create_app_from_url
+from jobchain.url import BackendURL
 from jobchain.worker import AbortReason, Attempt, Completed, Processors, Worker
 
 from .conftest import BOUND, HOSTILE, TOKEN, ZERO, complete_now, job_types, settings, wait_until
@@ -72,6 +73,15 @@ def _postgres_or_skip() -> str:
     return url
 
 
+def _with_password(url: str) -> str:
+    """``url`` with a password, if it has none: the test server trusts loopback and ignores
+    it, and the pages must never show it."""
+    parsed = BackendURL.parse(url)
+    if parsed.password is not None or parsed.username is None:
+        return url
+    return url.replace(f"//{parsed.username}@", f"//{parsed.username}:dashboard-pw-d41d8cd9@", 1)
+
+
 def _drop_schema(url: str, schema: str) -> None:
     import psycopg
     from psycopg import sql
@@ -87,6 +97,7 @@ class Stack:
     backend: str
     base: str
     state_url: str
+    password: str | None
     client: Client
     page: Any
     dialogs: list[str]
@@ -104,8 +115,9 @@ async def stack(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator
     else:
         server = _postgres_or_skip()
         schema = f"jc_dash_{uuid.uuid4().hex[:12]}"
-        state_url = f"{server}?schema={schema}"
-        notify_url = server  # LISTEN/NOTIFY
+        secret = _with_password(server)
+        state_url = f"{secret}?schema={schema}"
+        notify_url = secret  # LISTEN/NOTIFY
     client = await connect(state_url, notify=notify_url, job_types=job_types(), migrate=True)
     app = create_app_from_url(state_url, settings(), notify=notify_url)
     listener = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
@@ -129,7 +141,10 @@ async def stack(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator
                     await dialog.accept()
 
                 page.on("dialog", accept)
-                yield Stack(request.param, f"http://127.0.0.1:{port}", state_url, client, page, dialogs)
+                password = BackendURL.parse(state_url).password
+                yield Stack(
+                    request.param, f"http://127.0.0.1:{port}", state_url, password, client, page, dialogs
+                )
             finally:
                 await browser.close()
     finally:
@@ -377,6 +392,10 @@ FACTS: Final = """() => ({
 
 
 async def _check_page(stack: Stack, name: str) -> None:
+    if stack.password:
+        content = await stack.page.content()
+        assert stack.password not in content, f"{name} shows the state URL's password"
+        assert ":***@" in content  # the URL is shown, masked
     facts = await stack.page.evaluate(FACTS)
     assert facts["scrollWidth"] <= WIDTH, f"{name} overflows: {facts['scrollWidth']} px wide"
     assert facts["stylesheet"] == "rgb(245, 246, 248)", "the stylesheet did not load"
