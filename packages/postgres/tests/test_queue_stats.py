@@ -98,7 +98,7 @@ async def test_every_part_of_queue_stats_reads_an_index(
     scans = _job_scans(text)
     assert scans, text
     assert not [scan for scan in scans if "Seq Scan" in scan], text
-    for index in ("job_stats_idx", "job_acquisition_idx", "job_expired_lease_idx"):
+    for index in ("job_stats_idx", "job_finished_idx", "job_acquisition_idx", "job_expired_lease_idx"):
         assert f"jobchain_{index}" in text, (index, text)
     if "type_names" not in arguments:  # every type that has a job: the loose scan of the type index
         assert "jobchain_job_listing_type_name_idx" in text, text

@@ -38,6 +38,7 @@ INDEXES: Final = (
     "job_chain_listing_type_name_idx",
     "worker_alive_idx",
     "job_stats_idx",
+    "job_finished_idx",
 )
 """Indexes, named ``{prefix}{name}`` (CREATE INDEX takes no schema; it lives beside its table)."""
 
