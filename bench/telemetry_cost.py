@@ -5,7 +5,9 @@
 Row: atomic mode, concurrency 10, prefetch 10, no notify (issue 18's speed bar). Variants:
 ``plain`` (no observer), ``prometheus`` (what ``jobchain worker --metrics-port`` adds:
 PrometheusMetrics on the client and its queue-stats sampler) and ``otel`` (Tracing and
-OpenTelemetryMetrics with the SDK, spans to a no-op exporter through a BatchSpanProcessor).
+OpenTelemetryMetrics with the SDK, spans to a no-op exporter through a BatchSpanProcessor);
+for diagnosis also ``noop`` (an observer that ignores every event: the seam's own cost) and
+``prometheus-unsampled`` (the metrics without the queue-stats sampler).
 Each round runs every variant once, rotating the order, each in its own process on a freshly
 filled schema (``bench_telemetry`` in database ``BENCH_TELEMETRY_DB``, default ``test``).
 Prints per variant the median jobs/s and CPU per 1,000 jobs, and the ratio to ``plain``.
@@ -51,11 +53,18 @@ def child(variant: str, jobs: int) -> dict[str, Any]:
 
     observers: list[Any] = []
     metrics: Any = None
-    if variant == "prometheus":
+    if variant in ("prometheus", "prometheus-unsampled"):
         from jobchain.telemetry.prometheus import PrometheusMetrics
 
         metrics = PrometheusMetrics()
         observers = [metrics]
+    elif variant == "noop":  # the seam alone: an observer that reads every event and does nothing
+
+        class Noop:
+            def on_event(self, event: Any) -> None:
+                return None
+
+        observers = [Noop()]
     elif variant == "otel":
         from opentelemetry.sdk.metrics import MeterProvider
         from opentelemetry.sdk.metrics.export import InMemoryMetricReader
@@ -83,7 +92,8 @@ def child(variant: str, jobs: int) -> dict[str, Any]:
     class Sampled(Worker):
         async def start(self) -> None:
             await super().start()
-            self.sampler = metrics.sample_queue(self) if metrics is not None else None
+            sampled = metrics is not None and variant != "prometheus-unsampled"
+            self.sampler = metrics.sample_queue(self) if sampled else None
             if self.sampler is not None:
                 self.sampler.start()
 
