@@ -49,7 +49,9 @@ period AS MATERIALIZED (
     WHERE %(buckets)s > 0
 ),
 finished AS (
-    SELECT floor((extract(epoch FROM f.at) * 1000000 - p.first_us) / %(step_us)s::bigint) AS i,
+    -- Whole microseconds since the first bucket's start, in float8 (exact below 2^53 us, 285
+    -- years), then integer division: numeric arithmetic per job cost a microsecond each.
+    SELECT (date_part('epoch', f.at - p.first_at) * 1000000)::bigint / %(step_us)s::bigint AS i,
         count(*) FILTER (WHERE f.status = 'completed') AS completed,
         count(*) FILTER (WHERE f.status = 'failed') AS failed
     FROM period AS p
