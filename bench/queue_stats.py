@@ -9,7 +9,8 @@ expired), failed jobs with twelve error types (5 % without history), cancelled a
 over ten job types of skewed sizes. The rows are inserted in creation order, then VACUUM ANALYZE
 runs, as autovacuum would on a live table. Then each variant of ``queue_stats`` runs ``--runs``
 times (after three unmeasured runs) through the real adapter, one read-only transaction each,
-and the script prints and records the median and p95 in milliseconds, the plan of the default
+and the script prints and records the median and p95 in milliseconds, the server process's CPU
+time per call (on a shared machine, wall time also counts waiting for a core), the plan of the default
 variant (EXPLAIN ANALYZE, JIT off as the adapter sends it) and the machine's load.
 Writes ``bench/results/queue-stats-<date>.json``.
 """
@@ -191,28 +192,45 @@ def nearest_rank(ordered: list[float], percent: int) -> float:
     return ordered[max(0, -(-percent * len(ordered) // 100) - 1)]
 
 
-async def timed(run: Callable[[], Awaitable[object]], runs: int) -> dict[str, Any]:
+def backend_cpu_s(pid: int) -> float:
+    """User + system CPU seconds the server process ``pid`` has used (Linux /proc, 10 ms ticks)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+async def timed(run: Callable[[], Awaitable[object]], runs: int, pid: int | None) -> dict[str, Any]:
     for _ in range(3):
         await run()
     samples: list[float] = []
+    cpu_before = backend_cpu_s(pid) if pid is not None else 0.0
     for _ in range(runs):
         started = time.perf_counter()
         await run()
         samples.append((time.perf_counter() - started) * 1000)
+    cpu = backend_cpu_s(pid) - cpu_before if pid is not None else None
     ordered = sorted(samples)
     return {
         "median_ms": round(statistics.median(ordered), 1),
         "p95_ms": round(nearest_rank(ordered, 95), 1),
         "min_ms": round(ordered[0], 1),
         "max_ms": round(ordered[-1], 1),
+        # The server's CPU per call: what the statement costs, whatever else shares the machine
+        # (wall time on a busy machine also counts the time the backend waited for a core).
+        "server_cpu_ms_per_call": None if cpu is None else round(cpu * 1000 / runs, 1),
         "samples_ms": [round(sample, 1) for sample in samples],
     }
 
 
 async def measure(url: str, schema: str, runs: int) -> dict[str, Any]:
-    adapter = await PostgresStateAdapter.open(url, StateOptions(schema=schema, pool_min_size=1))
+    # One connection, so every call runs on the server process whose CPU time is read.
+    adapter = await PostgresStateAdapter.open(
+        url, StateOptions(schema=schema, pool_min_size=1, pool_max_size=1)
+    )
     results: dict[str, Any] = {}
     try:
+        async with adapter.transaction(read_only=True) as tx:
+            pid = tx.connection.info.backend_pid
+        local = os.path.exists(f"/proc/{pid}/stat")  # noqa: ASYNC240 - once, before timing: a server on this machine
         for name, params in VARIANTS.items():
 
             async def run(params: QueueStatsGet = params) -> object:
@@ -220,10 +238,12 @@ async def measure(url: str, schema: str, runs: int) -> dict[str, Any]:
                     return await tx.queue_stats(params)
 
             load_before = os.getloadavg()[0]
-            results[name] = await timed(run, runs)
+            results[name] = await timed(run, runs, pid if local else None)
             results[name]["load_1min_before_after"] = [round(load_before, 2), round(os.getloadavg()[0], 2)]
+            figures = results[name]
             print(
-                f"{name}: median {results[name]['median_ms']} ms, p95 {results[name]['p95_ms']} ms",
+                f"{name}: median {figures['median_ms']} ms, p95 {figures['p95_ms']} ms, "
+                f"server CPU {figures['server_cpu_ms_per_call']} ms per call",
                 flush=True,
             )
     finally:

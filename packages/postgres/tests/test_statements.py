@@ -38,6 +38,7 @@ from jobchain.contracts import (
     JobsRetry,
     JobsTrigger,
     NewJob,
+    QueueStatsGet,
 )
 from jobchain.entities import Deduplication, Schedule, new_id
 from jobchain.errors import JobTakenByAnotherWorkerError
@@ -130,6 +131,7 @@ def round_trips(sent: list[str]) -> list[list[str]]:
 PIPELINED = {
     "job_fail": ["job_fail_lock", "job_fail", "jobs_propagate"],
     "chains_cancel": ["chains_cancel_lock", "chains_cancel", "jobs_propagate"],
+    "queue_stats": ["jit_off", "queue_stats", "jit_restore"],
 }
 """Operations that send several statements in one pipeline (one round trip)."""
 
@@ -199,6 +201,11 @@ async def test_every_operation_sends_exactly_one_statement(counted: PostgresStat
             lambda tx: tx.chains_list(ChainsList(type_names=["t"], statuses=["pending"], limit=2)),
         ),
         ("jobs_list", lambda tx: tx.jobs_list(JobsList(chain_ids=[step_root.id]))),
+        ("jobs_list", lambda tx: tx.jobs_list(JobsList(leased_by=["w"]))),
+        (
+            "queue_stats",
+            lambda tx: tx.queue_stats(QueueStatsGet(throughput_window=timedelta(minutes=5), now=NOW)),
+        ),
         ("chain_jobs_list", lambda tx: tx.chain_jobs_list(ChainJobsList(chain_id=step_root.id))),
         ("blocked_jobs_list", lambda tx: tx.blocked_jobs_list(BlockedJobsList(blocker_chain_id=blocker.id))),
         ("job_fail", lambda tx: tx.job_fail(JobFail(job_id=step.id, error="gave up", now=NOW))),
