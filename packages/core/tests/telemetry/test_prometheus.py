@@ -90,3 +90,25 @@ def test_a_closed_server_releases_its_port() -> None:
     server.close()
     with serve_prometheus(port, "127.0.0.1", registry=CollectorRegistry()) as again:
         assert again.port == port
+
+
+def test_histograms_and_counters_scrape_as_prometheus_client_writes_them() -> None:
+    from prometheus_client import generate_latest
+
+    from jobchain.telemetry import names
+
+    metrics = PrometheusMetrics()
+    for seconds in (0.003, 0.02, 0.02, 400.0):
+        metrics.sink.record(names.ATTEMPT_DURATION, seconds, ("t", "completed"))
+    metrics.sink.add(names.JOBS_RETRIED, 2, ("t", "KeyError"))
+    samples = _samples(generate_latest(metrics.registry).decode())
+    labels = (("job_type", "t"), ("outcome", "completed"))
+
+    def bucket(le: str) -> float:
+        return samples[("jobchain_attempt_duration_seconds_bucket", tuple(sorted((*labels, ("le", le)))))]
+
+    assert (bucket("0.005"), bucket("0.025"), bucket("300.0"), bucket("+Inf")) == (1, 3, 3, 4)
+    assert samples[("jobchain_attempt_duration_seconds_count", labels)] == 4
+    assert samples[("jobchain_attempt_duration_seconds_sum", labels)] == 400.043
+    retried = (("error_type", "KeyError"), ("job_type", "t"))
+    assert samples[("jobchain_jobs_retried_total", retried)] == 2

@@ -18,9 +18,10 @@ from __future__ import annotations
 
 import errno
 import threading
+from bisect import bisect_left
 from collections.abc import Iterator
+from itertools import accumulate
 from types import TracebackType
-from typing import Any
 from wsgiref.simple_server import WSGIServer
 
 from jobchain.errors import MetricsPortInUseError
@@ -29,8 +30,8 @@ from jobchain.telemetry._extras import PROMETHEUS_EXTRA, MissingExtraError
 from jobchain.telemetry.recorder import Labels, MetricsObserver
 
 try:
-    from prometheus_client import CollectorRegistry, Counter, Histogram, start_http_server
-    from prometheus_client.core import GaugeMetricFamily, Metric
+    from prometheus_client import CollectorRegistry, start_http_server
+    from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily, Metric
     from prometheus_client.registry import Collector
 except ImportError:
     raise MissingExtraError(
@@ -45,51 +46,78 @@ def _labels(metric: names.Metric) -> list[str]:
     return [names.PROMETHEUS_LABELS[key] for key in metric.attributes]
 
 
-class _ClientSink:
-    """prometheus_client counters and histograms registered in ``registry``.
+class _Histogram:
+    """One labelled histogram: a count per bucket (not cumulative; the last is +Inf) and the sum."""
 
-    Each labelled child is looked up once and kept: ``labels()`` takes a lock and builds a
-    key on every call, a few microseconds a job on the worker's path.
+    __slots__ = ("bounds", "buckets", "sum")
+
+    def __init__(self, bounds: tuple[float, ...]) -> None:
+        self.bounds = bounds
+        self.buckets = [0] * (len(bounds) + 1)
+        self.sum = 0.0
+
+
+class _Accumulators:
+    """Counters and histograms as plain numbers, turned into metric families at each scrape.
+
+    Updates run on the worker's event loop, once or more per job: a dict lookup and an
+    addition under one lock (prometheus_client's own Counter and Histogram take a lock per
+    value and a ``labels()`` call per update, several times this cost). The scrape thread
+    copies them under the same lock, so a scrape never sees half an observation.
     """
 
-    def __init__(self, registry: CollectorRegistry) -> None:
-        self._children: dict[tuple[str, Labels], Any] = {}
-        self.counters: dict[str, Counter] = {}
-        self.histograms: dict[str, Histogram] = {}
-        for metric in names.METRICS:
-            if metric.kind == "counter":
-                self.counters[metric.name] = Counter(
-                    metric.prometheus_name, metric.description, _labels(metric), registry=registry
-                )
-            elif metric.kind == "histogram":
-                self.histograms[metric.name] = Histogram(
-                    metric.prometheus_name,
-                    metric.description,
-                    _labels(metric),
-                    registry=registry,
-                    buckets=names.buckets(metric),
-                )
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._counts: dict[tuple[str, Labels], float] = {}
+        self._histograms: dict[tuple[str, Labels], _Histogram] = {}
+        self._bounds = {m.name: names.buckets(m) for m in names.METRICS if m.kind == "histogram"}
 
     def add(self, metric: names.Metric, value: float, labels: Labels) -> None:
-        child = self._children.get((metric.name, labels))
-        if child is None:
-            child = self._children[metric.name, labels] = self.counters[metric.name].labels(*labels)
-        child.inc(value)
+        key = (metric.name, labels)
+        with self._lock:
+            self._counts[key] = self._counts.get(key, 0.0) + value
 
     def record(self, metric: names.Metric, value: float, labels: Labels) -> None:
-        child = self._children.get((metric.name, labels))
-        if child is None:
-            child = self._children[metric.name, labels] = self.histograms[metric.name].labels(*labels)
-        child.observe(value)
+        histogram = self._histograms.get((metric.name, labels))
+        if histogram is None:
+            with self._lock:  # a new entry: never while a scrape copies the dict
+                histogram = self._histograms[metric.name, labels] = _Histogram(self._bounds[metric.name])
+        index = bisect_left(histogram.bounds, value)  # the first bucket whose upper bound holds value
+        with self._lock:
+            histogram.buckets[index] += 1
+            histogram.sum += value
+
+    def families(self) -> Iterator[Metric]:
+        with self._lock:
+            counts = dict(self._counts)
+            histograms = {key: (list(h.buckets), h.sum) for key, h in self._histograms.items()}
+        for metric in names.METRICS:
+            labelnames = _labels(metric)
+            if metric.kind == "counter":
+                counter = CounterMetricFamily(metric.prometheus_name, metric.description, labels=labelnames)
+                for (name, labels), value in counts.items():
+                    if name == metric.name:
+                        counter.add_metric(list(labels), value)
+                yield counter
+            elif metric.kind == "histogram":
+                family = HistogramMetricFamily(metric.prometheus_name, metric.description, labels=labelnames)
+                les = [*(repr(float(b)) for b in self._bounds[metric.name]), "+Inf"]
+                for (name, labels), (buckets, total) in histograms.items():
+                    if name == metric.name:
+                        cumulative = list(zip(les, accumulate(buckets), strict=True))
+                        family.add_metric(list(labels), cumulative, total)
+                yield family
 
 
-class _QueueGauges(Collector):
-    """The queue gauges, read from the observer's sampler at each scrape."""
+class _Collector(Collector):
+    """jobchain's metric families: the counters and histograms, and the sampled queue gauges."""
 
-    def __init__(self, observer: MetricsObserver) -> None:
+    def __init__(self, observer: MetricsObserver, accumulators: _Accumulators) -> None:
         self._observer = observer
+        self._accumulators = accumulators
 
     def collect(self) -> Iterator[Metric]:
+        yield from self._accumulators.families()
         stats = self._observer.queue_stats()
         for metric in names.METRICS:
             if metric.kind != "gauge":
@@ -102,7 +130,7 @@ class _QueueGauges(Collector):
 
 
 class PrometheusMetrics(MetricsObserver):
-    """jobchain's metrics as prometheus_client collectors in ``registry``.
+    """jobchain's metrics as a prometheus_client collector in ``registry``.
 
     ``registry`` defaults to a new registry of its own (serve it with
     :func:`serve_prometheus`); pass ``prometheus_client.REGISTRY`` to join your process's
@@ -112,8 +140,9 @@ class PrometheusMetrics(MetricsObserver):
 
     def __init__(self, registry: CollectorRegistry | None = None) -> None:
         self.registry = registry if registry is not None else CollectorRegistry()
-        super().__init__(_ClientSink(self.registry))
-        self.registry.register(_QueueGauges(self))
+        accumulators = _Accumulators()
+        super().__init__(accumulators)
+        self.registry.register(_Collector(self, accumulators))
 
 
 class MetricsServer:
