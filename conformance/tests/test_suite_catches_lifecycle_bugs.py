@@ -344,7 +344,7 @@ TestPartialCancel = lifecycle_suite(PartialCancelTx, with_model=True)
 TestFailedHoldsKey = lifecycle_suite(FailedHoldsKeyTx)
 TestCreatedBlindToFailure = lifecycle_suite(CreatedBlindToFailureTx, with_model=True)
 TestOptInStuck = lifecycle_suite(OptInStuckTx)
-TestPruneIgnoresBlockers = lifecycle_suite(PruneIgnoresBlockersTx, with_model=True)
+TestPruneIgnoresBlockers = lifecycle_suite(PruneIgnoresBlockersTx)
 TestPruneNeverBusy = lifecycle_suite(PruneNeverBusyTx)
 TestErrorTypesIgnored = lifecycle_suite(ErrorTypesIgnoredTx)
 '''
@@ -414,8 +414,10 @@ MUST_FAIL = {
     "TestOptInStuck": [
         "test_an_opted_in_job_waits_for_every_blocker_then_completion_unblocks_it",
     ],
+    # Not the model: with Hypothesis's literals from local modules left out (conftest's
+    # without_local_constants) its derandomized run does not reach this bug, even with 100
+    # examples; it did only through one such literal. The cases below are the guard.
     "TestPruneIgnoresBlockers": [
-        "test_adapter_agrees_with_reference_model",
         "test_a_chain_blocking_a_live_job_is_kept_and_does_not_crowd_out_others",
         "test_a_blocker_whose_dependent_misses_the_batch_is_kept_for_later",
     ],
@@ -448,7 +450,7 @@ pytestmark = [pytest.mark.timeout(900), pytest.mark.xdist_group("catches_lifecyc
 
 
 @pytest.fixture(scope="module")
-def outcomes(tmp_path_factory: pytest.TempPathFactory) -> Outcomes:
+def outcomes(tmp_path_factory: pytest.TempPathFactory, without_local_constants: None) -> Outcomes:
     """Run the lifecycle cases once, in-process, against every variant; (class, case) → outcomes."""
     root = tmp_path_factory.mktemp("lifecycle_variants")
     (root / "pytest.ini").write_text(INI)
