@@ -101,6 +101,8 @@ class Stack:
     client: Client
     page: Any
     dialogs: list[str]
+    errors: list[str]
+    """Console errors and failed page requests (a CSP violation is one)."""
 
 
 @pytest.fixture(params=["sqlite", "postgresql"])
@@ -141,10 +143,12 @@ async def stack(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator
                     await dialog.accept()
 
                 page.on("dialog", accept)
+                errors: list[str] = []
+                page.on("console", lambda m: errors.append(m.text) if m.type == "error" else None)
+                page.on("pageerror", lambda exc: errors.append(str(exc)))
                 password = BackendURL.parse(state_url).password
-                yield Stack(
-                    request.param, f"http://127.0.0.1:{port}", state_url, password, client, page, dialogs
-                )
+                base = f"http://127.0.0.1:{port}"
+                yield Stack(request.param, base, state_url, password, client, page, dialogs, errors)
             finally:
                 await browser.close()
     finally:
@@ -396,6 +400,7 @@ async def _check_page(stack: Stack, name: str) -> None:
         content = await stack.page.content()
         assert stack.password not in content, f"{name} shows the state URL's password"
         assert ":***@" in content  # the URL is shown, masked
+    assert stack.errors == [], f"{name}: console errors {stack.errors}"
     facts = await stack.page.evaluate(FACTS)
     assert facts["scrollWidth"] <= WIDTH, f"{name} overflows: {facts['scrollWidth']} px wide"
     assert facts["stylesheet"] == "rgb(245, 246, 248)", "the stylesheet did not load"

@@ -317,3 +317,14 @@ async def test_retry_all_matching_redrives_every_failed_chain_of_the_filter(
 async def status_of(client: Client, job_id: str) -> JobStatus | None:
     job = await client.get_job(job_id)
     return None if job is None else job.status
+
+
+async def test_a_backend_error_is_a_503_page_that_says_what_happened(client: Client) -> None:
+    web = Browser(create_app(client, settings()))
+    await web.login()
+    await client.close()  # what a lost database looks like from here: every call raises
+    response = await web.get("/chains")
+    assert response.status_code == 503
+    assert "closed" in response.text
+    assert response.headers["content-security-policy"]
+    await web.aclose()
