@@ -1,9 +1,18 @@
-"""End to end over SQLite: the stored trace context round-trips through a real backend."""
+"""End to end over SQLite and PostgreSQL: the stored trace context round-trips through a real backend.
+
+PostgreSQL is ``JOBCHAIN_TEST_POSTGRES_URL`` (default ``postgresql://postgres@127.0.0.1:5432/test``),
+in a fresh schema dropped afterwards; unreachable, the test skips, except under ``CI=true``.
+"""
 
 from __future__ import annotations
 
+import os
+import uuid
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
+
+import pytest
 
 import jobchain
 from jobchain import JobTypes
@@ -12,12 +21,35 @@ from jobchain.worker import Attempt, Processors, Worker
 
 from .support import Traces, parent_of
 
+POSTGRES_URL = os.environ.get("JOBCHAIN_TEST_POSTGRES_URL", "postgresql://postgres@127.0.0.1:5432/test")
 
-async def test_a_chain_started_in_a_request_is_one_trace_over_sqlite(traces: Traces, tmp_path: Path) -> None:
+
+@pytest.fixture(params=["sqlite", "postgresql"])
+def state_url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
+    if request.param == "sqlite":
+        yield f"sqlite:///{tmp_path / 'jobs.db'}"
+        return
+    import psycopg
+    from psycopg import sql
+
+    try:
+        psycopg.connect(POSTGRES_URL, connect_timeout=3).close()
+    except psycopg.Error as exc:
+        reason = f"PostgreSQL not reachable: {str(exc).strip().splitlines()[0]}"
+        if os.environ.get("CI", "").lower() == "true":
+            pytest.fail(f"{reason} (CI=true: a missing server is a failure)", pytrace=False)
+        pytest.skip(reason)
+    schema = f"jc_tel_{uuid.uuid4().hex[:12]}"
+    yield f"{POSTGRES_URL}?schema={schema}"
+    with psycopg.connect(POSTGRES_URL, autocommit=True) as conn:
+        conn.execute(sql.SQL("DROP SCHEMA IF EXISTS {} CASCADE").format(sql.Identifier(schema)))
+
+
+async def test_a_chain_started_in_a_request_is_one_trace(traces: Traces, state_url: str) -> None:
     types = JobTypes()
     charge = types.define("billing.charge", input=int, output=str)
     invoice = types.define("billing.invoice", input=int, output=None, entry=True, continues_with=[charge])
-    url = f"sqlite:///{tmp_path / 'jobs.db'}"
+    url = state_url
     tracing = Tracing(tracer_provider=traces.provider)
     producer = await jobchain.connect(url, notify="none", job_types=types, observers=[tracing], migrate=True)
     consumer = await jobchain.connect(url, notify="none", job_types=types, observers=[tracing])
