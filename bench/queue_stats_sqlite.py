@@ -18,6 +18,14 @@ Then runs, ``--rounds`` times each, in a read transaction of its own: the defaul
 (every type, windows of 1/5/15 minutes, durations), the same with an hour of throughput in
 1-minute buckets, and one type by name. Prints the median and the spread in milliseconds,
 and the file's size. Measured figures go to docs/adapters/sqlite.md; nothing asserts on them.
+
+``--hot-path`` measures instead what migration 0006's indexes cost claims and completions,
+in this process and without a worker around them (so a busy machine blurs it less than
+bench/ab.py): two files, each holding ``--history`` completed jobs and then ``--backlog``
+pending ones, one with the 0006 indexes and one with them dropped; each round drains a
+slice of the backlog in both (alternating which goes first), as claim-and-complete
+transactions of one job (atomic mode's statements) and of 100 jobs (a batch). Prints the
+median process CPU time per 1,000 jobs of each side and their ratio.
 """
 
 from __future__ import annotations
@@ -32,7 +40,7 @@ import time
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
-from jobchain.contracts.state import QueueStatsGet
+from jobchain.contracts.state import CompletesJobsInBatches, JobComplete, JobsAcquire, QueueStatsGet
 from jobchain_sqlite import SqliteOptions, SqliteStateAdapter
 from jobchain_sqlite.rows import fmt_time
 
@@ -176,13 +184,100 @@ async def time_calls(path: Path, rounds: int) -> dict[str, list[float]]:
     return timings
 
 
+NEW_INDEXES = ("blocked_type", "completed_type", "failed_type", "cancelled_type")
+
+
+async def fill_hot_path(path: Path, history: int, backlog: int, *, indexes: bool) -> None:
+    """A migrated file with ``history`` completed jobs then ``backlog`` due pending ones."""
+    await build(path, history)
+    rng = random.Random(17)
+    with sqlite3.connect(path) as conn:
+        if not indexes:
+            for name in NEW_INDEXES:
+                conn.execute(f"DROP INDEX jobchain_job_{name}_idx")
+        rows = [row("pending", rng) for _ in range(backlog)]
+        marks = ", ".join("?" * len(rows[0]))
+        conn.executemany(f"INSERT INTO jobchain_job ({COLUMNS}) VALUES ({marks})", rows)
+        # Due at once and by creation: every claim takes the oldest ones, as a queue does.
+        conn.execute("UPDATE jobchain_job SET scheduled_at = created_at WHERE status = 'pending'")
+    conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+    conn.close()
+
+
+async def drain(path: Path, jobs: int, batch: int) -> float:
+    """Claim and complete ``jobs`` jobs, ``batch`` per transaction; CPU seconds per 1,000."""
+    adapter = SqliteStateAdapter(SqliteOptions(path=str(path)))
+    types = TYPES
+    now = NOW
+    try:
+        started = time.process_time()
+        done = 0
+        while done < jobs:
+            now += timedelta(milliseconds=1)
+            async with adapter.transaction() as tx:
+                claimed = await tx.jobs_acquire(
+                    JobsAcquire(
+                        type_names=types, worker_id="w", lease_for=timedelta(minutes=5), limit=batch, now=now
+                    )
+                )
+                items = [
+                    JobComplete(job_id=j.id, worker_id="w", lease_generation=j.lease_generation, now=now)
+                    for j in claimed.jobs
+                ]
+                if batch == 1:
+                    for item in items:
+                        await tx.job_complete(item)
+                else:
+                    assert isinstance(tx, CompletesJobsInBatches)
+                    await tx.jobs_complete(items)
+            done += len(items)
+        return (time.process_time() - started) / done * 1000
+    finally:
+        await adapter.close()
+
+
+def hot_path(args: argparse.Namespace) -> None:
+    sides = {
+        "without 0006": args.path.with_suffix(".without.db"),
+        "with 0006": args.path.with_suffix(".with.db"),
+    }
+    for (label, path), indexes in zip(sides.items(), (False, True), strict=True):
+        path.unlink(missing_ok=True)
+        asyncio.run(fill_hot_path(path, args.history, args.backlog, indexes=indexes))
+        print(f"{label}: {path} ({path.stat().st_size / 2**20:.0f} MiB)")
+    per_round = args.backlog // args.rounds // 2  # each round drains two slices per side
+    cpu: dict[tuple[str, int], list[float]] = {(label, batch): [] for label in sides for batch in (1, 100)}
+    for round_ in range(args.rounds):
+        order = list(sides.items()) if round_ % 2 == 0 else list(reversed(sides.items()))
+        for batch in (1, 100):
+            for label, path in order:
+                cpu[(label, batch)].append(asyncio.run(drain(path, per_round, batch)))
+        print(
+            f"round {round_ + 1}: " + ", ".join(f"{k[0]} x{k[1]} {v[-1]:.1f}" for k, v in cpu.items()),
+            flush=True,
+        )
+    for batch in (1, 100):
+        before = statistics.median(cpu[("without 0006", batch)])
+        after = statistics.median(cpu[("with 0006", batch)])
+        print(
+            f"{batch} job(s) per transaction: CPU per 1,000 jobs {before * 1000:.1f} ms without the 0006 "
+            f"indexes, {after * 1000:.1f} ms with them: {after / before:.3f}"
+        )
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--jobs", type=int, default=1_000_000)
     parser.add_argument("--path", type=Path, default=Path("/tmp/jobchain_queue_stats_sqlite.db"))
     parser.add_argument("--rounds", type=int, default=7)
     parser.add_argument("--rebuild", action="store_true")
+    parser.add_argument("--hot-path", action="store_true", help="measure claims and completions instead")
+    parser.add_argument("--history", type=int, default=200_000)
+    parser.add_argument("--backlog", type=int, default=60_000)
     args = parser.parse_args()
+    if args.hot_path:
+        hot_path(args)
+        return
     existing = 0
     if args.path.exists() and not args.rebuild:
         with sqlite3.connect(args.path) as conn:
