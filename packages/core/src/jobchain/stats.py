@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
 from jobchain.entities import JobStatus
+from jobchain.errors import InvalidArgumentError
 
 STATS_WINDOWS = (timedelta(minutes=1), timedelta(minutes=5), timedelta(minutes=15))
 """The recent periods over which finished jobs are counted by default."""
@@ -87,8 +88,14 @@ class TypeStats:
     durations: AttemptDurations | None = None
 
     def count(self, status: JobStatus | str) -> int:
-        """The number of jobs of this type in ``status``."""
-        return int(getattr(self, JobStatus(status).value))
+        """The number of jobs of this type in ``status`` (a :class:`JobStatus` value)."""
+        try:
+            name = JobStatus(status).value
+        except ValueError:
+            raise InvalidArgumentError(
+                f"status must be one of {', '.join(s.value for s in JobStatus)}, got {status!r}"
+            ) from None
+        return int(getattr(self, name))
 
     @property
     def total(self) -> int:
@@ -109,7 +116,7 @@ class QueueStats:
     throughput: tuple[ThroughputBucket, ...] = ()
 
     def get(self, type_name: str) -> TypeStats:
-        """The figures of one type (all zero when it has no jobs)."""
+        """The figures of one type; for a type not in ``types``, zeros and no ``recent`` windows."""
         for stats in self.types:
             if stats.type_name == type_name:
                 return stats

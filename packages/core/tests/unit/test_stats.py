@@ -137,3 +137,10 @@ class TestDurationPercentiles:
         assert result is not None
         for percent, value in [(50, result.p50), (95, result.p95), (99, result.p99)]:
             assert value == timedelta(microseconds=-(-percent * count // 100)), percent
+
+
+def test_count_of_an_unknown_status_says_which_exist() -> None:
+    from jobchain.errors import InvalidArgumentError
+
+    with pytest.raises(InvalidArgumentError, match="blocked, pending, running"):
+        TypeStats(type_name="t").count("due")
