@@ -8,12 +8,19 @@ transaction per batch, with a progress bar on stderr (stdout stays for the resul
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Sequence
+from datetime import datetime
+from typing import TYPE_CHECKING
 
 import click
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 from jobchain.cli.common import F
+from jobchain.cli.listing import iterate
 from jobchain.cli.render import console
+from jobchain.entities import Chain, Page
+
+if TYPE_CHECKING:
+    from jobchain.client import Client
 
 DEFAULT_BATCH = 100
 
@@ -70,6 +77,30 @@ async def in_batches(
             done += await apply(batch)
             progress.advance(task, len(batch))
     return done
+
+
+async def matching_chain_ids(
+    client: Client,
+    *,
+    type_names: list[str],
+    statuses: list[str],
+    created_from: datetime | None,
+    created_to: datetime | None,
+) -> list[str]:
+    """Every chain a bulk filter selects, oldest first, read a page at a time."""
+
+    async def fetch(at: str | None, size: int) -> Page[Chain]:
+        return await client.list_chains(
+            type_names=type_names,
+            statuses=statuses,
+            created_from=created_from,
+            created_to=created_to,
+            order="asc",
+            cursor=at,
+            limit=size,
+        )
+
+    return [chain.id async for chain in iterate(fetch)]
 
 
 def plural(count: int, word: str) -> str:

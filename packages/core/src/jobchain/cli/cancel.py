@@ -7,7 +7,14 @@ from typing import Any
 
 import click
 
-from jobchain.cli.bulk import batch_option, confirm, in_batches, plural, require_one_selection
+from jobchain.cli.bulk import (
+    batch_option,
+    confirm,
+    in_batches,
+    matching_chain_ids,
+    plural,
+    require_one_selection,
+)
 from jobchain.cli.common import (
     CHAIN_ID,
     StatusType,
@@ -18,10 +25,10 @@ from jobchain.cli.common import (
     state_option,
     yes_option,
 )
-from jobchain.cli.listing import Window, iterate, names, window_options
+from jobchain.cli.listing import Window, names, window_options
 from jobchain.cli.render import emit_json
 from jobchain.client import Client
-from jobchain.entities import Chain, JobStatus, Page
+from jobchain.entities import JobStatus
 from jobchain.errors import ChainNotCancellableError, ChainNotFoundError
 
 CANCELLABLE = (JobStatus.BLOCKED, JobStatus.PENDING, JobStatus.RUNNING)
@@ -82,18 +89,13 @@ def cancel_command(
             if not bulk:
                 return await cancel_ids(client, list(dict.fromkeys(chain_ids)), reason, yes)
 
-            async def fetch(at: str | None, size: int) -> Page[Chain]:
-                return await client.list_chains(
-                    type_names=names(types),
-                    statuses=wanted,
-                    created_from=created_from,
-                    created_to=created_to,
-                    order="asc",
-                    cursor=at,
-                    limit=size,
-                )
-
-            ids = [chain.id async for chain in iterate(fetch)]
+            ids = await matching_chain_ids(
+                client,
+                type_names=names(types),
+                statuses=wanted,
+                created_from=created_from,
+                created_to=created_to,
+            )
             if not ids:
                 return Cancelled()
             confirm(f"Cancel {plural(len(ids), 'chain')}?", yes)

@@ -7,7 +7,14 @@ from typing import Any
 
 import click
 
-from jobchain.cli.bulk import batch_option, confirm, in_batches, plural, require_one_selection
+from jobchain.cli.bulk import (
+    batch_option,
+    confirm,
+    in_batches,
+    matching_chain_ids,
+    plural,
+    require_one_selection,
+)
 from jobchain.cli.common import (
     CHAIN_ID,
     StatusType,
@@ -18,10 +25,9 @@ from jobchain.cli.common import (
     state_option,
     yes_option,
 )
-from jobchain.cli.listing import Window, iterate, names, window_options
+from jobchain.cli.listing import Window, names, window_options
 from jobchain.cli.render import emit_json
 from jobchain.client import Client
-from jobchain.entities import Chain, Page
 from jobchain.errors import BlockerReferenceError, ChainNotFoundError, JobchainError
 
 FILTERS = "--type, --status, --newer-than, --older-than"
@@ -83,18 +89,13 @@ def delete_command(
             if not bulk:
                 return await delete_ids(client, list(dict.fromkeys(chain_ids)), cascade, yes)
 
-            async def fetch(at: str | None, size: int) -> Page[Chain]:
-                return await client.list_chains(
-                    type_names=names(types),
-                    statuses=names(statuses),
-                    created_from=created_from,
-                    created_to=created_to,
-                    order="asc",
-                    cursor=at,
-                    limit=size,
-                )
-
-            ids = [chain.id async for chain in iterate(fetch)]
+            ids = await matching_chain_ids(
+                client,
+                type_names=names(types),
+                statuses=names(statuses),
+                created_from=created_from,
+                created_to=created_to,
+            )
             if not ids:
                 return Deleted()
             confirm(f"Delete {plural(len(ids), 'chain')} with all their jobs?", yes)
