@@ -38,7 +38,6 @@ pytestmark = [pytest.mark.timeout(300)]
 CHROMIUM: Final = "/usr/bin/chromium"
 WIDTH: Final = 1400
 EXPECT_MS: Final = 30_000
-DEFAULT_PG: Final = "postgresql://postgres@127.0.0.1:5432/test"
 
 
 def _in_ci() -> bool:
@@ -60,19 +59,6 @@ def _chromium_or_skip() -> None:
         _skip_or_fail(f"no Chromium at {CHROMIUM} (apt-get install chromium)")
 
 
-def _postgres_or_skip() -> str:
-    url = os.environ.get("JOBCHAIN_TEST_POSTGRES_URL", DEFAULT_PG)
-    try:
-        import psycopg
-    except ImportError:
-        _skip_or_fail("psycopg is not installed (pip install -e packages/postgres)")
-    try:
-        psycopg.connect(url, connect_timeout=3).close()
-    except psycopg.Error as exc:
-        _skip_or_fail(f"PostgreSQL not reachable: {str(exc).strip().splitlines()[0]}")
-    return url
-
-
 def _with_password(url: str) -> str:
     """``url`` with a password, if it has none: the test server trusts loopback and ignores
     it, and the pages must never show it."""
@@ -80,14 +66,6 @@ def _with_password(url: str) -> str:
     if parsed.password is not None or parsed.username is None:
         return url
     return url.replace(f"//{parsed.username}@", f"//{parsed.username}:dashboard-pw-d41d8cd9@", 1)
-
-
-def _drop_schema(url: str, schema: str) -> None:
-    import psycopg
-    from psycopg import sql
-
-    with psycopg.connect(url, autocommit=True) as connection:
-        connection.execute(sql.SQL("DROP SCHEMA IF EXISTS {} CASCADE").format(sql.Identifier(schema)))
 
 
 @dataclass
@@ -115,7 +93,8 @@ async def stack(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator
         state_url = f"sqlite:///{tmp_path / 'dashboard.db'}"
         notify_url = f"memory://dashboard-{uuid.uuid4().hex[:12]}"  # one process: the in-process broker
     else:
-        server = _postgres_or_skip()
+        server = request.getfixturevalue("postgres_server")
+        drop = request.getfixturevalue("drop_postgres_schema")  # not during teardown: deprecated
         schema = f"jc_dash_{uuid.uuid4().hex[:12]}"
         secret = _with_password(server)
         state_url = f"{secret}?schema={schema}"
@@ -157,7 +136,7 @@ async def stack(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator
         listener.close()
         await client.close()
         if schema is not None:
-            _drop_schema(_postgres_or_skip(), schema)
+            drop(schema)
 
 
 async def _started(server: uvicorn.Server) -> bool:

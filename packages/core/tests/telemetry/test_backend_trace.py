@@ -6,7 +6,6 @@ in a fresh schema dropped afterwards; unreachable, the test skips, except under 
 
 from __future__ import annotations
 
-import os
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -21,28 +20,17 @@ from jobchain.worker import Attempt, Processors, Worker
 
 from .support import Traces, parent_of
 
-POSTGRES_URL = os.environ.get("JOBCHAIN_TEST_POSTGRES_URL", "postgresql://postgres@127.0.0.1:5432/test")
-
 
 @pytest.fixture(params=["sqlite", "postgresql"])
 def state_url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
     if request.param == "sqlite":
         yield f"sqlite:///{tmp_path / 'jobs.db'}"
         return
-    import psycopg
-    from psycopg import sql
-
-    try:
-        psycopg.connect(POSTGRES_URL, connect_timeout=3).close()
-    except psycopg.Error as exc:
-        reason = f"PostgreSQL not reachable: {str(exc).strip().splitlines()[0]}"
-        if os.environ.get("CI", "").lower() == "true":
-            pytest.fail(f"{reason} (CI=true: a missing server is a failure)", pytrace=False)
-        pytest.skip(reason)
+    server = request.getfixturevalue("postgres_server")
+    drop = request.getfixturevalue("drop_postgres_schema")  # not during teardown: deprecated
     schema = f"jc_tel_{uuid.uuid4().hex[:12]}"
-    yield f"{POSTGRES_URL}?schema={schema}"
-    with psycopg.connect(POSTGRES_URL, autocommit=True) as conn:
-        conn.execute(sql.SQL("DROP SCHEMA IF EXISTS {} CASCADE").format(sql.Identifier(schema)))
+    yield f"{server}{'&' if '?' in server else '?'}schema={schema}"
+    drop(schema)
 
 
 async def test_a_chain_started_in_a_request_is_one_trace(traces: Traces, state_url: str) -> None:
