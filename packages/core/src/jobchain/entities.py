@@ -222,6 +222,108 @@ class Schedule:
         return max(target, now)
 
 
+PRIORITY_MIN = -100
+PRIORITY_MAX = 100
+PRIORITY_AGING = timedelta(minutes=1)
+"""Default of ``JobsAcquire.priority_aging`` / ``Worker(priority_aging=)``: the starvation bound."""
+MAX_ORDERING_KEY_CHARS = 255
+
+
+def validate_priority(value: object, where: str = "priority") -> int:
+    """Return ``value`` if it is an integer priority in range, else raise InvalidArgumentError."""
+    if not isinstance(value, int) or isinstance(value, bool) or not PRIORITY_MIN <= value <= PRIORITY_MAX:
+        raise InvalidArgumentError(
+            f"{where} must be an integer from {PRIORITY_MIN} to {PRIORITY_MAX} (higher runs first), "
+            f"got {value!r}"
+        )
+    return value
+
+
+def validate_ordering_key(value: object) -> str:
+    """Return ``value`` if it is a usable ordering key, else raise InvalidArgumentError."""
+    if not isinstance(value, str) or not value:
+        raise InvalidArgumentError(f"ordering_key must be a non-empty string, got {value!r}")
+    if len(value) > MAX_ORDERING_KEY_CHARS:
+        raise InvalidArgumentError(
+            f"ordering_key must be at most {MAX_ORDERING_KEY_CHARS} characters, got {len(value)}: "
+            "use a shorter key (an id or a hash of the natural key)"
+        )
+    return value
+
+
+@dataclass(frozen=True, slots=True)
+class RateLimit:
+    """At most ``limit`` attempts of a job type start per ``per``, across every worker.
+
+    Fixed windows: each window starts at a multiple of ``per`` since the Unix epoch, and its
+    count starts again from zero (so up to ``2 * limit`` attempts may start within ``per``
+    across a window boundary).
+    """
+
+    limit: int
+    per: timedelta
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.limit, int) or isinstance(self.limit, bool) or self.limit < 1:
+            raise InvalidArgumentError(f"RateLimit.limit must be a positive integer, got {self.limit!r}")
+        if not isinstance(self.per, timedelta) or self.per <= timedelta(0):
+            raise InvalidArgumentError(f"RateLimit.per must be a positive timedelta, got {self.per!r}")
+        if self.per % timedelta(milliseconds=1):
+            raise InvalidArgumentError(
+                f"RateLimit.per must be a whole number of milliseconds, got {self.per!r}"
+            )
+
+    def window_start(self, now: datetime) -> datetime:
+        """The start of the window holding ``now``."""
+        epoch = datetime(1970, 1, 1, tzinfo=UTC)
+        return epoch + ((now - epoch) // self.per) * self.per
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class TypeLimits:
+    """The fleet-wide limits a claim enforces for one job type (None: no such limit)."""
+
+    max_running: int | None = None
+    rate_limit: RateLimit | None = None
+
+    def __post_init__(self) -> None:
+        value = self.max_running
+        if value is not None and (not isinstance(value, int) or isinstance(value, bool) or value < 1):
+            raise InvalidArgumentError(
+                f"max_running must be a positive integer or None, got {self.max_running!r}"
+            )
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class PausedType:
+    """A job type no worker claims until it is resumed."""
+
+    type_name: str
+    paused_at: datetime
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ScheduleRecord:
+    """A periodic schedule as the state backend keeps it, for listing without the user's code.
+
+    Workers register the schedules they run at start and after every tick. ``last_tick_at`` /
+    ``last_chain_id``: the latest tick a worker started a chain for (deduplicated or not).
+    ``last_seen_at``: the latest registration; a schedule removed from code stops there.
+    """
+
+    name: str
+    cron: str
+    timezone: str
+    type_name: str
+    catch_up: bool
+    worker_name: str
+    registered_at: datetime
+    last_seen_at: datetime
+    last_tick_at: datetime | None = None
+    last_chain_id: str | None = None
+    next_tick_at: datetime | None = None
+
+
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Deduplication:
     """Start-time deduplication: an existing matching chain is returned instead of a new one.
@@ -306,6 +408,12 @@ class Job:
     runs_after_failed_blockers: bool = False
     """Set from the job type when the job was created: it runs once every blocker chain is
     terminal, whatever their status, instead of failing with the first that fails."""
+    priority: int = 0
+    """Claim priority (:data:`PRIORITY_MIN` to :data:`PRIORITY_MAX`): higher is claimed first,
+    FIFO within a priority; a job due for longer than the claim's ``priority_aging`` goes
+    ahead of every job that has waited less, whatever their priorities."""
+    ordering_key: str | None = None
+    """Set on a chain's root only: chains sharing the key run one at a time, in start order."""
 
     @property
     def is_root(self) -> bool:

@@ -311,7 +311,17 @@ class MetricsPortInUseError(JobchainError):
         )
 
 
+class InvalidScheduleError(InvalidArgumentError):
+    """A periodic schedule is invalid: its cron expression, timezone or name; the message says which."""
+
+    def __init__(self, message: str, *, cron: str | None = None, timezone: str | None = None) -> None:
+        self.cron = cron
+        self.timezone = timezone
+        super().__init__(message)
+
+
 __all__ = [
+    "InvalidScheduleError",
     "AdapterClosedError",
     "BackendConflictError",
     "BackendUnreachableError",

@@ -37,7 +37,7 @@ from typing import Any, Final, Generic, Literal, TypeAlias, TypeVar, overload
 
 import msgspec
 
-from jobchain.entities import JsonValue
+from jobchain.entities import JsonValue, RateLimit, TypeLimits, validate_priority
 from jobchain.errors import (
     DuplicateJobTypeError,
     InvalidArgumentError,
@@ -155,6 +155,8 @@ class JobType(Generic[I, O]):
     exception types that fail the job at once instead of retrying. A job created with
     ``runs_after_failed_blockers`` runs once its blocker chains are all terminal, even if some
     failed or were cancelled (it then reads their statuses), instead of failing with them.
+    ``priority`` is the default claim priority of its jobs (a start may override it);
+    ``limits`` the fleet-wide ``max_running`` / ``rate_limit`` every worker's claim enforces.
     """
 
     name: str
@@ -170,6 +172,8 @@ class JobType(Generic[I, O]):
     timeout: timedelta | None = None
     fail_on: tuple[type[BaseException], ...] = ()
     runs_after_failed_blockers: bool = False
+    priority: int = 0
+    limits: TypeLimits | None = None
 
     def encode_input(self, value: I) -> JsonValue:
         """Validate ``value`` against the input type and return it as plain JSON."""
@@ -249,6 +253,9 @@ class JobTypes:
         timeout: timedelta | float | None = ...,
         fail_on: Iterable[type[BaseException]] = ...,
         runs_after_failed_blockers: bool = ...,
+        priority: int = ...,
+        max_running: int | None = ...,
+        rate_limit: RateLimit | None = ...,
     ) -> JobType[I, O]: ...
 
     @overload
@@ -268,6 +275,9 @@ class JobTypes:
         timeout: timedelta | float | None = ...,
         fail_on: Iterable[type[BaseException]] = ...,
         runs_after_failed_blockers: bool = ...,
+        priority: int = ...,
+        max_running: int | None = ...,
+        rate_limit: RateLimit | None = ...,
     ) -> JobType[I, None]: ...
 
     @overload
@@ -287,6 +297,9 @@ class JobTypes:
         timeout: timedelta | float | None = ...,
         fail_on: Iterable[type[BaseException]] = ...,
         runs_after_failed_blockers: bool = ...,
+        priority: int = ...,
+        max_running: int | None = ...,
+        rate_limit: RateLimit | None = ...,
     ) -> JobType[None, O]: ...
 
     @overload
@@ -306,6 +319,9 @@ class JobTypes:
         timeout: timedelta | float | None = ...,
         fail_on: Iterable[type[BaseException]] = ...,
         runs_after_failed_blockers: bool = ...,
+        priority: int = ...,
+        max_running: int | None = ...,
+        rate_limit: RateLimit | None = ...,
     ) -> JobType[None, None]: ...
 
     def define(
@@ -324,6 +340,9 @@ class JobTypes:
         timeout: timedelta | float | None = None,
         fail_on: Iterable[type[BaseException]] = (),
         runs_after_failed_blockers: bool = False,
+        priority: int = 0,
+        max_running: int | None = None,
+        rate_limit: RateLimit | None = None,
     ) -> JobType[Any, Any]:
         """Declare a job type in this slice and return it (a duplicate name is an error)."""
         validate_type_name(name)
@@ -339,6 +358,15 @@ class JobTypes:
             raise InvalidArgumentError(
                 f"runs_after_failed_blockers must be True or False, got {runs_after_failed_blockers!r}"
             )
+        validate_priority(priority, f"{name}: priority")
+        if rate_limit is not None and not isinstance(rate_limit, RateLimit):
+            raise InvalidArgumentError(
+                f"{name}: rate_limit must be a RateLimit(limit, per=timedelta(...)), got {rate_limit!r}"
+            )
+        try:
+            limits = TypeLimits(max_running=max_running, rate_limit=rate_limit)
+        except InvalidArgumentError as exc:
+            raise InvalidArgumentError(f"{name}: {exc}") from None
         max_attempts = validate_max_attempts(max_attempts, f"{name}: max_attempts")
         checked_timeout = validate_timeout(timeout, f"{name}: timeout")
         checked_fail_on = validate_fail_on(fail_on, f"{name}: fail_on")
@@ -356,6 +384,8 @@ class JobTypes:
             timeout=checked_timeout if checked_timeout is not None else self.timeout,
             fail_on=checked_fail_on,
             runs_after_failed_blockers=runs_after_failed_blockers,
+            priority=priority,
+            limits=limits if (max_running is not None or rate_limit is not None) else None,
         )
         self._types[name] = job_type
         return job_type

@@ -86,6 +86,9 @@ class TypeStats:
     failed_by_error_type: Mapping[str, int] = field(default_factory=dict)
     recent: tuple[WindowCounts, ...] = ()
     durations: AttemptDurations | None = None
+    paused: bool = False
+    """The type is paused (``client.pause``): no worker claims it. A paused type is listed
+    even when it has no jobs."""
 
     def count(self, status: JobStatus | str) -> int:
         """The number of jobs of this type in ``status`` (a :class:`JobStatus` value)."""
@@ -107,8 +110,9 @@ class TypeStats:
 class QueueStats:
     """Queue health per job type, read at ``now`` (the state backend's clock).
 
-    ``types`` holds every type that has at least one job (or every type asked for, with
-    zeros), sorted by name. ``throughput`` is empty unless asked for.
+    ``types`` holds every type that has at least one job or is paused (with ``type_names``:
+    exactly the types asked for, zeros where they have no jobs), sorted by name.
+    ``throughput`` is empty unless asked for.
     """
 
     now: datetime

@@ -10,6 +10,15 @@ from jobchain.contracts.notify import (
 )
 from jobchain.contracts.observe import Event, NoopObserver, Observer
 from jobchain.contracts.providers import StateProvider
+from jobchain.contracts.scheduling import (
+    JobWait,
+    JobWaited,
+    PausedTypesList,
+    ScheduleRegistration,
+    SchedulesList,
+    SchedulesRegister,
+    TypesPause,
+)
 from jobchain.contracts.state import (
     COMPLETION_REFUSALS,
     DEFAULT_PAGE_SIZE,
@@ -58,6 +67,13 @@ from jobchain.contracts.state import (
 )
 
 __all__ = [
+    "JobWait",
+    "JobWaited",
+    "PausedTypesList",
+    "ScheduleRegistration",
+    "SchedulesList",
+    "SchedulesRegister",
+    "TypesPause",
     "COMPLETION_REFUSALS",
     "AnnouncesWithinState",
     "DEFAULT_PAGE_SIZE",

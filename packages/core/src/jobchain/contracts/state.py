@@ -34,14 +34,26 @@ from datetime import datetime, timedelta
 from typing import Literal, Protocol, runtime_checkable
 
 from jobchain.contracts.capabilities import Capability
+from jobchain.contracts.scheduling import (
+    JobWait,
+    JobWaited,
+    PausedTypesList,
+    SchedulesList,
+    SchedulesRegister,
+    TypesPause,
+)
 from jobchain.entities import (
+    PRIORITY_AGING,
     AttemptError,
     Chain,
     Deduplication,
     Job,
     JsonValue,
     Page,
+    PausedType,
     Schedule,
+    ScheduleRecord,
+    TypeLimits,
     WorkerInfo,
     WorkerState,
     _use_slot_setting_init,
@@ -105,6 +117,10 @@ class NewJob:
     chain_trace_context: JsonValue = None
     runs_after_failed_blockers: bool = False
     """Stored on the job: see the module docstring's *Propagation*."""
+    priority: int = 0
+    """Stored on the job (validated by the client: ``validate_priority``)."""
+    ordering_key: str | None = None
+    """Roots only (continuations pass None). See *Ordered keys* in ``contracts.scheduling``."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -136,6 +152,10 @@ class JobCreated:
     job: Job
     deduplicated: bool = False
     incomplete_blocker_chain_ids: tuple[str, ...] = ()
+    ordered_after: str | None = None
+    """For a new root with an ordering key: the key's previous chain (its implicit blocker,
+    listed in ``incomplete_blocker_chain_ids`` too while it is not terminal), or None when the
+    key had no chain."""
     announced: bool = False
     """The adapter announced this job on ``announce_on`` within the transaction: the caller
     publishes no job-scheduled notice for it."""
@@ -178,7 +198,10 @@ class JobBlockersGet:
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class JobNextAvailable:
-    """Time until the earliest pending job of these types is eligible (zero if one is now)."""
+    """Time until the earliest pending job of these types is eligible (zero if one is now).
+
+    Paused types are left out. Type limits are not considered (see ``JobsAcquired.held_back``).
+    """
 
     type_names: Sequence[str]
     now: datetime | None = None
@@ -189,7 +212,14 @@ class JobNextAvailable:
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class JobsAcquire:
-    """Claim up to ``limit`` eligible pending jobs, oldest ``scheduled_at`` first.
+    """Claim up to ``limit`` eligible pending jobs.
+
+    Eligible: pending, ``scheduled_at <= now``, of a type in ``type_names`` that is not paused,
+    and within the type's ``type_limits`` (``contracts.scheduling``, *Limits*).
+    Order: first the jobs due since ``now - priority_aging`` or earlier (aged), by
+    ``scheduled_at``, ``created_at``, ``id``; then the others by ``priority`` descending, then
+    ``scheduled_at``, ``created_at``, ``id``. So a job of any priority waits at most
+    ``priority_aging`` plus the time to claim the aged jobs ahead of it (its starvation bound).
 
     Claimed jobs become ``running`` with ``attempt + 1``, ``lease_generation + 1`` and a
     lease for ``worker_id`` until ``now + lease_for`` — or ``now + type_leases[type_name]``
@@ -203,12 +233,15 @@ class JobsAcquire:
     lease_for: timedelta
     limit: int = 1
     type_leases: Mapping[str, timedelta] = field(default_factory=dict)
+    type_limits: Mapping[str, TypeLimits] = field(default_factory=dict)
+    priority_aging: timedelta = PRIORITY_AGING
     now: datetime | None = None
 
     def __post_init__(self) -> None:
         if not isinstance(self.limit, int) or self.limit < 1:
             raise InvalidArgumentError(f"acquire limit must be a positive integer, got {self.limit!r}")
         _check_timedelta("lease_for", self.lease_for, positive=True)
+        _check_timedelta("priority_aging", self.priority_aging, positive=True)
         for type_name, lease in self.type_leases.items():
             _check_timedelta(f"type_leases[{type_name!r}]", lease, positive=True)
 
@@ -219,10 +252,17 @@ class JobsAcquire:
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class JobsAcquired:
-    """Claimed jobs and whether more eligible jobs were waiting beyond the limit."""
+    """Claimed jobs and whether more eligible jobs were waiting beyond the limit.
+
+    ``held_back``: the types whose limit capped this claim (it claimed all the limit allowed,
+    fewer than asked: more may be waiting), in name order. ``retry_at``: for those capped by a
+    rate limit, the earliest end of their current window (None if none was).
+    """
 
     jobs: list[Job]
     has_more: bool
+    held_back: tuple[str, ...] = ()
+    retry_at: datetime | None = None
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -384,8 +424,8 @@ class ChainsPrune:
     chain that does not qualify is left out before the ``limit`` oldest are chosen, so it never
     crowds out the chains behind it. One caller at a time: a call that finds
     another prune in progress returns at once with ``busy=True`` and deletes nothing.
-    ``locks_before`` also deletes deduplication bookkeeping (where the adapter keeps any)
-    last used before it.
+    ``locks_before`` also deletes up to ``limit`` deduplication bookkeeping rows (where the
+    adapter keeps any) last used before it, and ordering-key rows whose last chain is gone.
     """
 
     completed_before: datetime | None = None
@@ -414,6 +454,8 @@ class ChainsPruned:
 
     chains: list[PrunedChain] = field(default_factory=list)
     busy: bool = False
+    locks_deleted: int = 0
+    """Deduplication and ordering bookkeeping rows deleted (``locks_before``; at most ``limit``)."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -747,6 +789,12 @@ class StateTx(Protocol):
     async def jobs_list(self, params: JobsList) -> Page[Job]: ...
     async def chain_jobs_list(self, params: ChainJobsList) -> Page[Job]: ...
     async def blocked_jobs_list(self, params: BlockedJobsList) -> Page[Job]: ...
+    # scheduling controls (contracts.scheduling)
+    async def job_wait(self, params: JobWait) -> JobWaited: ...
+    async def types_pause(self, params: TypesPause) -> list[PausedType]: ...
+    async def paused_types_list(self, params: PausedTypesList) -> list[PausedType]: ...
+    async def schedules_register(self, params: SchedulesRegister) -> list[ScheduleRecord]: ...
+    async def schedules_list(self, params: SchedulesList) -> list[ScheduleRecord]: ...
 
 
 @runtime_checkable
