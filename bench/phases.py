@@ -147,6 +147,7 @@ class Runner:
             ("history", self.history),
             ("rss", self.rss),
             ("profile", self.profile),
+            ("scheduling", self.scheduling),
             ("more repeats", self.more_repeats),
         ]
         for name, step in steps:
@@ -499,6 +500,27 @@ class Runner:
             cfg = {"state": state, "notify": notify, "n": n, "workers": 8, "gap": 0.05, "poll_interval": 30}
             out = self.timed(["bench/wake_hints.py", json.dumps(cfg)])
             self.record("wake_hints", lib, config, 0, **out)
+
+    # ------------------------------------------------------------ scheduling controls
+
+    def scheduling(self) -> None:
+        """The plain atomic row next to priorities, 1,000 ordering keys and a max_running limit.
+
+        ``bench/scheduling.py`` interleaves the variants (2 rounds) on PostgreSQL and SQLite;
+        each variant processes a freshly filled store of the plan's job count.
+        """
+        out_path = TMP / "scheduling.json"
+        TMP.mkdir(parents=True, exist_ok=True)
+        jobs = str(self.plan.jobs)
+        subprocess.run(
+            [PYTHON, "bench/scheduling.py", "--rounds", "2", "--jobs", jobs, "--out", str(out_path)],
+            check=True,
+            timeout=1800,
+        )
+        summary = json.loads(out_path.read_text())["summary"]
+        for backend, variants in summary.items():
+            for variant, figures in variants.items():
+                self.record("scheduling", f"jobchain-{backend}", variant, 0, **figures)
 
     # ------------------------------------------------------------ history scale and long-run memory
 

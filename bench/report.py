@@ -179,6 +179,30 @@ def _wake_hints_table(res: Results) -> list[str]:
     return out
 
 
+def _scheduling_table(res: Results) -> list[str]:
+    rows = [(lib, config, recs[0]) for (p, lib, config), recs in res.groups.items() if p == "scheduling"]
+    if not rows:
+        return ["(not measured)"]
+    out = [
+        "| backend | variant (atomic, concurrency 10, prefetch 10) | jobs/s | × plain "
+        "| CPU ms / 1,000 jobs | × plain |",
+        "|---|---|---|---|---|---|",
+    ]
+    for lib, config, r in rows:
+        out.append(
+            f"| {lib} | {config} | {fmt(r['rate'])} | {r['rate_ratio']:.3f} | {r['cpu_per_1000']:.1f} "
+            f"| {r['cpu_ratio']:.3f} |"
+        )
+    out += [
+        "",
+        "`bench/scheduling.py`, 2 interleaved rounds, medians; each variant on a freshly filled "
+        "store. *priorities*: priorities -5..5 round robin; *ordering-keys*: 1,000 keys round "
+        "robin (each completion unblocks the key's next chain); *max-running*: `max_running=10` "
+        "(the worker's concurrency, so the bookkeeping is measured, not a throttle).",
+    ]
+    return out
+
+
 def _added_note(info: dict[str, Any], phase: str) -> list[str]:
     """A line under a section whose figures were measured after the run (``run.py --add``)."""
     d = info.get("added_details", {}).get(phase)
@@ -410,6 +434,7 @@ def write_report(info: dict[str, Any], records: list[dict[str, Any]], md_path: P
     lines += ["", "## Wake-up latency", "", *_added_note(info, "latency"), *_latency_table(res)]
     lines += ["", "## Acquisitions per job, 8 idle workers", "", *_added_note(info, "wake_hints")]
     lines += [*_wake_hints_table(res), "", "## Cost", "", *_cost_table(res)]
+    lines += ["", "## Scheduling controls", "", *_scheduling_table(res)]
     lines += ["", "## History scale and long-run memory", "", *_history_rss(res, _added_note(info, "rss"))]
     lines += ["", "## Where the worker's CPU goes", "", *_profile_table(res), "", "## References", ""]
     lines += ["| reference (pgbench on the same server) | transactions/s |", "|---|---|"]
