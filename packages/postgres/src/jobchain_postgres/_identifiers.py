@@ -22,7 +22,17 @@ MAX_IDENTIFIER = 63
 
 _NAME = re.compile(r"[A-Za-z0-9_]+")
 
-QUALIFIED: Final = ("job", "job_blocker", "migration", "job_status", "deduplication_lock", "worker")
+QUALIFIED: Final = (
+    "job",
+    "job_blocker",
+    "migration",
+    "job_status",
+    "deduplication_lock",
+    "worker",
+    "ordering_key",
+    "type_control",
+    "schedule",
+)
 """Objects named ``{schema}.{prefix}{name}``."""
 
 INDEXES: Final = (
@@ -39,6 +49,7 @@ INDEXES: Final = (
     "worker_alive_idx",
     "job_stats_idx",
     "job_finished_idx",
+    "job_priority_idx",
 )
 """Indexes, named ``{prefix}{name}`` (CREATE INDEX takes no schema; it lives beside its table)."""
 

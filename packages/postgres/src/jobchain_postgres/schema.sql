@@ -52,6 +52,8 @@ CREATE TABLE {job} (
     failed_by_chain_id  uuid,                        -- the blocker chain whose failure failed this job
     runs_after_failed_blockers boolean NOT NULL DEFAULT false, -- runs once blockers are terminal, whatever their status
     failed_error_type   text,                        -- a failed job's last error type ('' for none)
+    priority            smallint NOT NULL DEFAULT 0, -- claim priority, -100..100 (higher first)
+    ordering_key        text,                        -- roots only: chains of one key run one at a time
     CHECK ((chain_index = 0) = (id = chain_id))
 ) WITH (
     fillfactor = 75,
@@ -66,6 +68,7 @@ CREATE TABLE {job_blocker} (
     blocked_by_chain_id uuid NOT NULL REFERENCES {job} (id),
     "index"             integer NOT NULL,
     trace_context       jsonb,
+    resolves_on_any_end boolean NOT NULL DEFAULT false, -- a failed or cancelled chain resolves it too
     PRIMARY KEY (job_id, blocked_by_chain_id)
 ) WITH (autovacuum_vacuum_cost_delay = 0);
 
@@ -96,9 +99,46 @@ CREATE TABLE {worker} (
     alive_until  timestamptz NOT NULL                 -- latest heartbeat + its alive_for
 ) WITH (fillfactor = 50, autovacuum_vacuum_cost_delay = 0);
 
+-- Ordered keys: the chain that took each key last (a new root with the key upserts the row, which
+-- serializes the creators of one key).
+CREATE TABLE {ordering_key} (
+    key               text PRIMARY KEY,
+    last_chain_id     uuid NOT NULL,
+    previous_chain_id uuid,
+    updated_at        timestamptz NOT NULL
+) WITH (fillfactor = 50, autovacuum_vacuum_cost_delay = 0);
+
+-- Per job type: paused, and the fixed rate window's count. A claim of a limited type locks its row
+-- first (serializing that type's claims).
+CREATE TABLE {type_control} (
+    type_name         text PRIMARY KEY,
+    paused_at         timestamptz,
+    rate_window_start timestamptz,
+    rate_window_count integer NOT NULL DEFAULT 0
+) WITH (fillfactor = 50, autovacuum_vacuum_cost_delay = 0);
+
+-- The periodic schedules workers run (registered at worker start and after each tick).
+CREATE TABLE {schedule} (
+    name          text PRIMARY KEY,
+    cron          text NOT NULL,
+    timezone      text NOT NULL,
+    type_name     text NOT NULL,
+    catch_up      boolean NOT NULL,
+    worker_name   text NOT NULL,
+    registered_at timestamptz NOT NULL,
+    last_seen_at  timestamptz NOT NULL,
+    last_tick_at  timestamptz,
+    last_chain_id uuid,
+    next_tick_at  timestamptz
+);
+
 -- jobs_acquire, job_next_available: pending jobs per type in claim order (no sort, stops at the limit).
 CREATE INDEX {job_acquisition_idx} ON {job} (type_name, scheduled_at, created_at, id)
     WHERE status = 'pending';
+-- jobs_acquire: pending jobs with a priority other than 0 in priority claim order (empty while
+-- nobody uses priorities).
+CREATE INDEX {job_priority_idx} ON {job} (type_name, priority DESC, scheduled_at, created_at, id)
+    WHERE status = 'pending' AND priority <> 0;
 -- One job per chain position; the last job of a chain is a backward scan of it.
 CREATE UNIQUE INDEX {job_chain_index_idx} ON {job} (chain_id, chain_index);
 -- jobs_create deduplication: keyed roots, newest first.
