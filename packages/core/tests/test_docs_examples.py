@@ -41,6 +41,7 @@ REQUIRED_PAGES = (
     "guides/errors-and-reliability.md",
     "guides/workers-and-scaling.md",
     "guides/middleware.md",
+    "guides/scheduling.md",
     "reference/client.md",
     "reference/errors.md",
     "reference/urls-and-cli.md",
