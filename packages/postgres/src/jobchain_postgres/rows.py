@@ -2,9 +2,9 @@
 
 Statements return scalar columns (names starting with ``_``) followed by one or more whole job
 rows (``j.*``). A job row starts at a column named ``id``; its columns are read by name, so a
-later migration that appends a column changes nothing here. The rescue columns (migration 0005)
-and the lifecycle columns (migration 0006) read as their defaults where a schema does not have
-them yet.
+later migration that appends a column changes nothing here. The rescue columns (migration 0005),
+the lifecycle columns (migration 0006) and the scheduling columns (migration 0008) read as their
+defaults where a schema does not have them yet.
 """
 
 from __future__ import annotations
@@ -77,6 +77,8 @@ _RESCUE_FIELDS = ("rescued_at", "rescued_from", "rescue_reason")
 _NO_RESCUE = (None, None, None)
 _OPEN_FIELDS = ("attempt_errors", "attempt_base", "runs_after_failed_blockers")
 _NO_OPEN = (None, 0, False)
+_SCHEDULING_FIELDS = ("priority", "ordering_key")
+_NO_SCHEDULING = (0, None)
 _FINISH_FIELDS = ("failed_at", "cancelled_at", "cancel_reason", "failed_by_chain_id")
 """Set only on a failed or cancelled job: the hot statements (claims, completions) do not
 return them, and their jobs read them as None."""
@@ -85,10 +87,11 @@ _NO_FINISH = (None, None, None, None)
 
 def _fields_getter(group: dict[str, int]) -> Callable[[Row], tuple[Any, ...]] | None:
     """One getter that picks a group's job fields in one C call: the base fields, then the
-    rescue, open-lifecycle and finish-lifecycle fields, each group defaulted when absent.
+    rescue, open-lifecycle, scheduling and finish-lifecycle fields, each group defaulted when
+    absent.
 
-    Decoding jobs is on every claim and completion. A schema from before migration 0005 (0006)
-    has no rescue (lifecycle) columns: its jobs read with none recorded.
+    Decoding jobs is on every claim and completion. A schema from before migration 0005 (0006,
+    0008) has no rescue (lifecycle, scheduling) columns: its jobs read with none recorded.
     """
     if not all(name in group for name in _JOB_FIELDS):
         return None
@@ -96,6 +99,7 @@ def _fields_getter(group: dict[str, int]) -> Callable[[Row], tuple[Any, ...]] | 
         (_JOB_FIELDS, ()),
         (_RESCUE_FIELDS, _NO_RESCUE),
         (_OPEN_FIELDS, _NO_OPEN),
+        (_SCHEDULING_FIELDS, _NO_SCHEDULING),
         (_FINISH_FIELDS, _NO_FINISH),
     ]
     present = [all(name in group for name in names) for names, _ in segments]
@@ -104,7 +108,7 @@ def _fields_getter(group: dict[str, int]) -> Callable[[Row], tuple[Any, ...]] | 
     )
     if all(present):
         return getter
-    if present == [True, True, True, False]:  # the hot statements: one tuple concatenation
+    if present == [True, True, True, True, False]:  # the hot statements: one tuple concatenation
         return lambda row: getter(row) + _NO_FINISH
     # Other shapes (schemas from before 0005/0006, whole-row statements): slower, and rare.
     spans: list[tuple[int, int, tuple[Any, ...]]] = []  # (start, end) in picked, or defaults
@@ -182,6 +186,8 @@ class Shape:
             attempt_errors,
             attempt_base,
             runs_after_failed_blockers,
+            priority,
+            ordering_key,
             failed_at,
             cancelled_at,
             cancel_reason,
@@ -223,6 +229,8 @@ class Shape:
             cancel_reason=cancel_reason,
             failed_by_chain_id=failed_by_chain_id,
             runs_after_failed_blockers=runs_after_failed_blockers,
+            priority=priority,
+            ordering_key=ordering_key,
         )
 
     def must_job(self, row: Row, group: int = 0) -> Job:
@@ -357,6 +365,8 @@ def new_jobs_document(jobs: Sequence[NewJob]) -> str:
                 "trace_context": new.trace_context,
                 "chain_trace_context": new.chain_trace_context,
                 "runs_after": new.runs_after_failed_blockers,
+                "priority": new.priority,
+                "ordering_key": new.ordering_key if new.chain_id is None else None,
             }
         )
     return json_text(items)
@@ -389,6 +399,8 @@ def new_roots_document(jobs: Sequence[NewJob]) -> tuple[list[str], str]:
         }
         if new.runs_after_failed_blockers:  # absent reads as false: most starts send nothing more
             item["runs_after"] = True
+        if new.priority:  # absent reads as 0
+            item["priority"] = new.priority
         items.append(item)
     return ids, json_text(items)
 

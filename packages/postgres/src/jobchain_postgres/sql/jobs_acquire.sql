@@ -43,7 +43,7 @@ claimed AS (
         j.leased_by, j.leased_until, j.lease_generation, j.completed_at, j.completed_by,
         j.deduplication_key, j.trace_context, j.chain_trace_context, j.first_attempt_at,
         j.attempt_started_at, j.rescued_at, j.rescued_from, j.rescue_reason, j.attempt_errors,
-        j.attempt_base, j.runs_after_failed_blockers
+        j.attempt_base, j.runs_after_failed_blockers, j.priority, j.ordering_key
 )
 SELECT
     (SELECT count(*) FROM claimed) = %(limit)s AND EXISTS (

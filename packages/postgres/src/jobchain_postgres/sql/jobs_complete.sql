@@ -51,7 +51,7 @@ completed AS (
         j.leased_by, j.leased_until, j.lease_generation, j.completed_at, j.completed_by,
         j.deduplication_key, j.trace_context, j.chain_trace_context, j.first_attempt_at,
         j.attempt_started_at, j.rescued_at, j.rescued_from, j.rescue_reason, j.attempt_errors,
-        j.attempt_base, j.runs_after_failed_blockers
+        j.attempt_base, j.runs_after_failed_blockers, j.priority, j.ordering_key
 ),
 chain_done AS (
     SELECT c.id AS job_id, c.chain_id, i.position, COALESCE(i.now, statement_timestamp()) AS now
@@ -85,7 +85,7 @@ unblocked AS (
         d.leased_by, d.leased_until, d.lease_generation, d.completed_at, d.completed_by,
         d.deduplication_key, d.trace_context, d.chain_trace_context, d.first_attempt_at,
         d.attempt_started_at, d.rescued_at, d.rescued_from, d.rescue_reason, d.attempt_errors,
-        d.attempt_base, d.runs_after_failed_blockers
+        d.attempt_base, d.runs_after_failed_blockers, d.priority, d.ordering_key
 )
 SELECT
     'target' AS _kind,
