@@ -10,10 +10,11 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from contextlib import asynccontextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from types import TracebackType
 from typing import Any, Generic, TypeVar
 
+from jobchain.client_controls import ClientControls
 from jobchain.client_lifecycle import ChainsRetried, ClientLifecycle
 from jobchain.client_queries import Clock, TypeRef
 from jobchain.completion import (
@@ -46,6 +47,8 @@ from jobchain.entities import (
     _use_slot_setting_init,
     new_ids,
     validate_id,
+    validate_ordering_key,
+    validate_priority,
 )
 from jobchain.errors import (
     BlockerReferenceError,
@@ -64,7 +67,10 @@ I = TypeVar("I")  # noqa: E741 -- conventional input type variable name
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class ChainStart(Generic[I]):
-    """One chain to start with :meth:`Client.start_chains`."""
+    """One chain to start with :meth:`Client.start_chains`.
+
+    ``priority`` None: the job type's default. ``ordering_key``: see :meth:`Client.start_chain`.
+    """
 
     job_type: JobType[I, Any]
     input: I
@@ -72,14 +78,21 @@ class ChainStart(Generic[I]):
     deduplication: Deduplication | None = None
     schedule: Schedule | None = None
     blockers: Sequence[Chain | str] = ()
+    priority: int | None = None
+    ordering_key: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
 class ChainStarted:
-    """The started chain, or the existing one when ``deduplicated`` is True."""
+    """The started chain, or the existing one when ``deduplicated`` is True.
+
+    ``ordered_after``: for a new chain started with an ``ordering_key``, the key's previous
+    chain (it runs after that one is terminal), or None when it is the key's first chain.
+    """
 
     chain: Chain
     deduplicated: bool = False
+    ordered_after: str | None = field(default=None, kw_only=True)
 
     @property
     def id(self) -> str:
@@ -93,7 +106,7 @@ _use_slot_setting_init(ChainStarted)
 _PLAIN_LISTS = (tuple, list)
 
 
-class Client(ClientLifecycle):
+class Client(ClientLifecycle, ClientControls):
     """Starts, completes, triggers, cancels, retries, deletes, queries and awaits chains.
 
     ``state`` and ``notify`` are opened adapters (``notify=None``: waiters and workers
@@ -241,15 +254,21 @@ class Client(ClientLifecycle):
         deduplication: Deduplication | None = None,
         schedule: Schedule | None = None,
         blockers: Sequence[Chain | str] = (),
+        priority: int | None = None,
+        ordering_key: str | None = None,
     ) -> ChainStarted:
         """Start a chain of the entry type ``job_type`` with ``input``.
 
         With ``deduplication`` an existing matching chain is returned instead
         (``deduplicated=True``). ``blockers`` keep the first job ``blocked`` until those
         chains complete; if one fails or is cancelled (even before this call), the job fails
-        with it unless its type was defined with ``runs_after_failed_blockers=True``. Raises
-        JobTypeValidationError, InvalidJobIdError, DuplicateJobIdError, ChainNotFoundError (a
-        missing blocker) before writing.
+        with it unless its type was defined with ``runs_after_failed_blockers=True``.
+        ``priority`` (-100..100, higher is claimed first) overrides the type's default for
+        this first job only. Chains started with the same ``ordering_key`` run one at a time
+        in start order: the new chain waits for the key's previous chain to be terminal
+        (``ordered_after``), whatever its status. Raises JobTypeValidationError,
+        InvalidJobIdError, DuplicateJobIdError, ChainNotFoundError (a missing blocker),
+        InvalidArgumentError (priority, ordering key) before writing.
         """
         start = ChainStart(
             job_type=job_type,
@@ -258,6 +277,8 @@ class Client(ClientLifecycle):
             deduplication=deduplication,
             schedule=schedule,
             blockers=blockers,
+            priority=priority,
+            ordering_key=ordering_key,
         )
         [started] = await self.start_chains(tx, [start])
         return started
@@ -308,7 +329,7 @@ class Client(ClientLifecycle):
                         scheduled[root.type_name] = scheduled.get(root.type_name, 0) + 1
                 elif root.status is JobStatus.FAILED:  # a blocker chain had already failed
                     hooks.chain_completed(root.chain_id)
-                results.append(ChainStarted(Chain(root, root)))
+                results.append(ChainStarted(Chain(root, root), ordered_after=item.ordered_after))
             for type_name, count in scheduled.items():
                 hooks.job_scheduled(type_name, count)
             return results
@@ -318,7 +339,8 @@ class Client(ClientLifecycle):
                 results.append(ChainStarted(existing[item.job.chain_id], deduplicated=True))
             else:
                 buffer_created(hooks, item, new_chain=True)
-                results.append(ChainStarted(Chain(root=item.job, last=item.job)))
+                chain = Chain(root=item.job, last=item.job)
+                results.append(ChainStarted(chain, ordered_after=item.ordered_after))
         return results
 
     def _new_roots(self, starts: Sequence[ChainStart[Any]]) -> list[NewJob]:
@@ -361,6 +383,8 @@ class Client(ClientLifecycle):
                 [] if not blockers and type(blockers) in _PLAIN_LISTS else blocker_ids(blockers)
             )
             schedule = start.schedule
+            priority = start.priority
+            ordering_key = start.ordering_key
             jobs.append(
                 NewJob(
                     id=validate_id(start.id) if start.id is not None else next(fresh),
@@ -371,6 +395,8 @@ class Client(ClientLifecycle):
                     schedule=schedule if schedule is None else check_schedule(schedule),
                     blocker_chain_ids=blocker_chain_ids,
                     runs_after_failed_blockers=job_type.runs_after_failed_blockers,
+                    priority=job_type.priority if priority is None else validate_priority(priority),
+                    ordering_key=None if ordering_key is None else validate_ordering_key(ordering_key),
                 )
             )
         return jobs

@@ -288,6 +288,8 @@ async def _continuation_job(
         schedule=schedule,
         blocker_chain_ids=ids,
         runs_after_failed_blockers=next_type.runs_after_failed_blockers,
+        # Its own type's default, not the chain's start override; ordering keys stay on roots.
+        priority=next_type.priority,
         # The chain's trace context (its start's) follows the chain through every job.
         chain_trace_context=job.chain_trace_context,
     )
