@@ -48,9 +48,21 @@ COMMANDS: dict[str, LazyCommand] = {
         target="jobchain.cli.migrate:migrate_command",
         help="Create or upgrade the job tables of the state backend.",
     ),
+    "pause": LazyCommand(
+        target="jobchain.cli.pause:pause_command",
+        help="Pause job types: no worker claims them until resumed (asks first).",
+    ),
+    "resume": LazyCommand(
+        target="jobchain.cli.pause:resume_command",
+        help="Resume paused job types (asks first; --yes skips).",
+    ),
     "retry": LazyCommand(
         target="jobchain.cli.retry:retry_command",
         help="Redrive failed or cancelled jobs by id, chain or filter.",
+    ),
+    "schedules": LazyCommand(
+        target="jobchain.cli.schedules:schedules_command",
+        help="List the periodic schedules workers registered, with their next run.",
     ),
     "stats": LazyCommand(
         target="jobchain.cli.stats:stats_command",

@@ -1,10 +1,10 @@
 """What the admin commands share: backend options, the client they open, input types, errors.
 
 The admin commands (``jobs``, ``chains``, ``retry``, ``cancel``, ``delete``, ``trigger``,
-``workers``, ``stats``, ``health``) run against any jobchain database without the user's
-code: they connect with an empty job type registry, which reads, retries, cancels,
-triggers and deletes never consult. They never migrate: a database without jobchain
-tables is an error that names ``jobchain migrate``.
+``workers``, ``stats``, ``health``, ``schedules``, ``pause``, ``resume``) run against any
+jobchain database without the user's code: they connect with an empty job type registry,
+which reads, retries, cancels, triggers, deletes and pauses never consult. They never
+migrate: a database without jobchain tables is an error that names ``jobchain migrate``.
 """
 
 from __future__ import annotations

@@ -7,6 +7,7 @@ from typing import Any
 
 import click
 from rich.console import Group
+from rich.text import Text
 
 from jobchain.cli.common import json_option, open_client, run, short_duration, state_option
 from jobchain.cli.listing import names
@@ -32,7 +33,8 @@ def stats_json(stats: QueueStats) -> dict[str, Any]:
 @json_option
 def stats_command(types: tuple[str, ...], state: str | None, as_json: bool) -> None:
     """Queue health per job type: counts by status, due and scheduled, oldest due, expired leases,
-    recent completions and failures, attempt durations, failures by error type."""
+    recent completions and failures, attempt durations, failures by error type; paused types
+    are marked (and listed even with no jobs)."""
 
     async def main() -> QueueStats:
         async with open_client(state) as client:
@@ -43,6 +45,14 @@ def stats_command(types: tuple[str, ...], state: str | None, as_json: bool) -> N
         emit_json(stats_json(stats))
         return
     console().print(stats_view(stats))
+
+
+def type_cell(row: TypeStats) -> Text:
+    """The type's name, with a ``paused`` marker when no worker claims it."""
+    cell = Text(row.type_name)
+    if row.paused:
+        cell.append(" paused", style="bold yellow")
+    return cell
 
 
 def _age(stats: QueueStats, row: TypeStats) -> str:
@@ -60,13 +70,15 @@ def stats_view(stats: QueueStats) -> Group:
     )  # fmt: skip
     for row in stats.types:
         counts.add_row(
-            row.type_name,
+            type_cell(row),
             *(str(n) for n in (row.blocked, row.due, row.scheduled, row.running, row.expired_leases)),
             *(str(n) for n in (row.completed, row.failed, row.cancelled)),
             _age(stats, row),
         )
     if not stats.types:
         counts.caption = "no jobs"
+    elif any(row.paused for row in stats.types):
+        counts.caption = "paused: no worker claims the type until `jobchain resume TYPE`"
     parts: list[Any] = [counts]
     windows = [w.window for w in stats.types[0].recent] if stats.types else []
     if windows:
