@@ -79,7 +79,12 @@ _STALE_RUNS = 16
 
 
 def _plain_root(job: NewJob) -> bool:
-    return job.chain_id is None and job.deduplication is None and not job.blocker_chain_ids
+    return (
+        job.chain_id is None
+        and job.deduplication is None
+        and not job.blocker_chain_ids
+        and job.ordering_key is None
+    )
 
 
 def _deduplication_keys(jobs: Sequence[NewJob], now: datetime | None) -> dict[str, Any] | None:
@@ -94,6 +99,19 @@ def _deduplication_keys(jobs: Sequence[NewJob], now: datetime | None) -> dict[st
     if not pairs:
         return None
     return {"chain_type_names": [p[0] for p in pairs], "keys": [p[1] for p in pairs], "now": now}
+
+
+def _ordering_keys(jobs: Sequence[NewJob], now: datetime | None) -> dict[str, Any] | None:
+    """Parameters of ``jobs_ordering_lock`` for the batch's new roots with an ordering key, or
+    None: each key (sorted) with its first root in the batch."""
+    first: dict[str, str] = {}
+    for job in jobs:
+        if job.chain_id is None and job.ordering_key is not None:
+            first.setdefault(job.ordering_key, job.id)
+    if not first:
+        return None
+    keys = sorted(first)
+    return {"keys": keys, "chain_ids": [first[key] for key in keys], "now": now}
 
 
 def _unique(values: Sequence[str]) -> list[str]:
@@ -188,6 +206,26 @@ class PostgresStateTx(LifecycleMixin, ListingsMixin, StatsMixin, WorkersMixin):
                 rows = await cursor.fetchall()
             return shape_of(query, cursor), rows
 
+    async def _rows_after_locks(
+        self,
+        locks: Sequence[tuple[bytes, Mapping[str, Any]]],
+        query: bytes,
+        params: Mapping[str, Any],
+        *,
+        ids: Sequence[str] = (),
+    ) -> tuple[Shape, list[Row]]:
+        """``_rows_after_lock`` with several lock statements, sent in the order given."""
+        self._check(write=True)
+        with translated(ids=ids):
+            async with self._conn.pipeline():
+                for lock, lock_params in locks:
+                    await self._conn.cursor().execute(lock, lock_params, prepare=self._prepare)
+                cursor = self._conn.cursor()
+                cursor.adapters.register_loader(UUID_OID, UuidAsText)
+                await cursor.execute(query, params, prepare=self._prepare)
+                rows = await cursor.fetchall()
+            return shape_of(query, cursor), rows
+
     def _steps_together(self) -> AbstractAsyncContextManager[object]:
         """Where an operation's statements must share one transaction: in autocommit, a
         transaction block of its own; inside a transaction, nothing more."""
@@ -251,8 +289,15 @@ class PostgresStateTx(LifecycleMixin, ListingsMixin, StatsMixin, WorkersMixin):
         query_params = {"now": now, "jobs": document}
         ids = [job.id for job in params.jobs]
         keys = _deduplication_keys(params.jobs, now)
+        ordering = _ordering_keys(params.jobs, now)
         for run in range(_STALE_RUNS):
-            if run == 0 and keys is not None:
+            if run == 0 and ordering is not None:
+                # As below, and the ordering keys' rows after the deduplication locks (one order).
+                locks = [(self._q.jobs_ordering_lock, ordering)]
+                if keys is not None:
+                    locks.insert(0, (self._q.jobs_deduplication_lock, keys))
+                shape, rows = await self._rows_after_locks(locks, self._q.jobs_create, query_params, ids=ids)
+            elif run == 0 and keys is not None:
                 # Locks first, then the decision with a snapshot taken after them: a start of
                 # the same key in another open transaction is waited for, then seen.
                 shape, rows = await self._rows_after_lock(
@@ -280,6 +325,7 @@ class PostgresStateTx(LifecycleMixin, ListingsMixin, StatsMixin, WorkersMixin):
                     job=shape.must_job(row),
                     deduplicated=deduplicated,
                     incomplete_blocker_chain_ids=incomplete,
+                    ordered_after=None if deduplicated else shape.scalar(row, "_ordered_after"),
                 )
             )
         return await self._fail_in_batch_dependents(params, results, now)
@@ -307,6 +353,7 @@ class PostgresStateTx(LifecycleMixin, ListingsMixin, StatsMixin, WorkersMixin):
                 incomplete_blocker_chain_ids=tuple(
                     c for c in r.incomplete_blocker_chain_ids if c not in ended
                 ),
+                ordered_after=r.ordered_after,
                 announced=r.announced,
             )
             for r in results
@@ -342,6 +389,7 @@ class PostgresStateTx(LifecycleMixin, ListingsMixin, StatsMixin, WorkersMixin):
                 trace_context=new.trace_context,
                 chain_trace_context=new.chain_trace_context,
                 runs_after_failed_blockers=new.runs_after_failed_blockers,
+                priority=new.priority,
             )
             results.append(JobCreated(job=job, announced=announced))
         return results

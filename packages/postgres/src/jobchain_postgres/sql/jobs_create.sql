@@ -13,6 +13,14 @@
 -- blocker in declared order, the cause recorded as propagation records it), never left blocked.
 -- job_fail and chains_cancel lock the blocker's last job FOR UPDATE before deciding, so one in
 -- flight is waited for here (and the statement runs again, as after a completion).
+-- Ordered keys: a new root with an ordering key gets the chain before it as one more blocker,
+-- after its declared ones, resolved by any end (resolves_on_any_end): the batch's previous root of
+-- the key, else the key's last chain from its ordering_key row, locked (and created if missing)
+-- by jobs_ordering_lock before this statement's snapshot, so an uncommitted creation of the key
+-- was waited for and its chain is seen here. A row naming no existing root (its chain deleted, or
+-- created by that lock for this batch) means no previous chain. The row then names the key's
+-- last new root; a row the lock created for roots that all deduplicated is deleted again.
+-- A previous chain deleted under the statement (its lock read finds nothing) reads as stale.
 WITH
 clock AS (
     SELECT COALESCE(%(now)s::timestamptz, statement_timestamp()) AS now
@@ -23,7 +31,8 @@ batch AS (
         ord integer, id uuid, type_name text, chain_type_name text, chain_id uuid, chain_index integer,
         input jsonb, dedup_key text, dedup_scope text, dedup_window double precision, dedup_exclude jsonb,
         scheduled_at timestamptz, delay double precision, blockers jsonb,
-        trace_context jsonb, chain_trace_context jsonb, runs_after boolean
+        trace_context jsonb, chain_trace_context jsonb, runs_after boolean,
+        priority smallint, ordering_key text
     )
 ),
 leaders AS (
@@ -99,22 +108,50 @@ to_insert AS (
     WHERE (p.leader_ord IS NULL OR (p.leader_ord = p.ord AND p.match_id IS NULL))
       AND p.slot_ord = p.ord
 ),
-wanted_blockers AS (
-    -- Declared blocker chains of each job to insert; a repeated id keeps its first position.
-    SELECT DISTINCT ON (t.ord, b.chain_id::uuid)
-        t.ord, t.id AS job_id, b.chain_id::uuid AS chain_id, b.pos
+keyed AS (
+    -- New roots with an ordering key and the chain before each (see the header).
+    SELECT
+        t.ord, t.id, t.ordering_key,
+        COALESCE(
+            lag(t.id) OVER by_key,
+            (SELECT r.id
+             FROM {ordering_key} AS k
+             JOIN {job} AS r ON r.id = k.last_chain_id AND r.chain_index = 0
+             WHERE k.key = t.ordering_key)
+        ) AS previous_id,
+        row_number() OVER (PARTITION BY t.ordering_key ORDER BY t.ord DESC) = 1 AS is_last
     FROM to_insert AS t
-    CROSS JOIN LATERAL jsonb_array_elements_text(t.blockers) WITH ORDINALITY AS b(chain_id, pos)
-    ORDER BY t.ord, b.chain_id::uuid, b.pos
+    WHERE t.chain_id IS NULL AND t.ordering_key IS NOT NULL
+    WINDOW by_key AS (PARTITION BY t.ordering_key ORDER BY t.ord)
+),
+wanted_blockers AS (
+    -- Declared blocker chains of each job to insert, then its previous chain of the ordering
+    -- key (resolved by any end); a repeated id keeps its first position (declared wins).
+    SELECT DISTINCT ON (a.ord, a.chain_id)
+        a.ord, a.job_id, a.chain_id, a.pos, a.any_end
+    FROM (
+        SELECT t.ord, t.id AS job_id, b.chain_id::uuid AS chain_id, b.pos, false AS any_end
+        FROM to_insert AS t
+        CROSS JOIN LATERAL jsonb_array_elements_text(t.blockers) WITH ORDINALITY AS b(chain_id, pos)
+        UNION ALL
+        SELECT k.ord, k.id, k.previous_id, jsonb_array_length(t.blockers) + 1, true
+        FROM keyed AS k
+        JOIN to_insert AS t ON t.ord = k.ord
+        WHERE k.previous_id IS NOT NULL
+    ) AS a
+    ORDER BY a.ord, a.chain_id, a.pos
 ),
 blocker_state AS (
     SELECT
         d.chain_id,
+        d.declared,
         last.id AS last_id,
         last.status AS last_status,
         last.chain_type_name AS last_type_name,
         EXISTS (SELECT 1 FROM to_insert AS t WHERE t.chain_id IS NULL AND t.id = d.chain_id) AS in_batch
-    FROM (SELECT DISTINCT w.chain_id FROM wanted_blockers AS w) AS d
+    FROM (
+        SELECT w.chain_id, bool_or(NOT w.any_end) AS declared FROM wanted_blockers AS w GROUP BY w.chain_id
+    ) AS d
     LEFT JOIN LATERAL (
         SELECT c.id, c.status, c.chain_type_name
         FROM {job} AS c
@@ -138,7 +175,7 @@ open_blockers AS (
     JOIN blocker_state AS s ON s.chain_id = w.chain_id
     WHERE s.in_batch
        OR s.last_status IS NULL
-       OR (s.last_status <> 'completed' AND NOT COALESCE(t.runs_after, false))
+       OR (s.last_status <> 'completed' AND NOT (COALESCE(t.runs_after, false) OR w.any_end))
        OR s.last_status NOT IN ('completed', 'failed', 'cancelled')
     GROUP BY w.ord
 ),
@@ -152,7 +189,7 @@ failed_blockers AS (
     JOIN blocker_state AS s ON s.chain_id = w.chain_id
     WHERE NOT s.in_batch
       AND s.last_status IN ('failed', 'cancelled')
-      AND NOT COALESCE(t.runs_after, false)
+      AND NOT (COALESCE(t.runs_after, false) OR w.any_end)
     ORDER BY w.ord, w.pos
 ),
 problems AS (
@@ -166,7 +203,7 @@ problems AS (
     WHERE s.last_status IN ('completed', 'failed', 'cancelled')
       AND seen.status NOT IN ('completed', 'failed', 'cancelled')
     UNION ALL
-    SELECT 'blocker_chain_not_found:' || s.chain_id::text
+    SELECT CASE WHEN s.declared THEN 'blocker_chain_not_found:' ELSE 'stale:' END || s.chain_id::text
     FROM blocker_state AS s
     WHERE s.last_status IS NULL AND NOT s.in_batch
     UNION ALL
@@ -193,6 +230,8 @@ new_rows AS (
         t.dedup_key, t.trace_context, t.chain_trace_context,
         COALESCE(o.open_count, 0)::integer AS open_blocker_count,
         COALESCE(t.runs_after, false) AS runs_after,
+        COALESCE(t.priority, 0) AS priority,
+        CASE WHEN t.chain_id IS NULL THEN t.ordering_key END AS ordering_key,
         CASE WHEN f.chain_id IS NOT NULL THEN clock.now END AS failed_at,
         f.chain_id AS failed_by_chain_id,
         f.cause AS last_attempt_error,
@@ -225,12 +264,12 @@ new_roots AS (
         id, chain_id, type_name, chain_type_name, chain_index, status, input, created_at, scheduled_at,
         deduplication_key, trace_context, chain_trace_context, open_blocker_count,
         runs_after_failed_blockers, failed_at, failed_by_chain_id, last_attempt_error, attempt_errors,
-        failed_error_type
+        failed_error_type, priority, ordering_key
     )
     SELECT id, chain_id, type_name, chain_type_name, chain_index, status, input, created_at, scheduled_at,
            dedup_key, trace_context, chain_trace_context, open_blocker_count,
            runs_after, failed_at, failed_by_chain_id, last_attempt_error, attempt_errors,
-           failed_error_type
+           failed_error_type, priority, ordering_key
     FROM new_rows
     WHERE new_rows.chain_index = 0
     ORDER BY new_rows.ord
@@ -241,12 +280,12 @@ new_steps AS (
         id, chain_id, type_name, chain_type_name, chain_index, status, input, created_at, scheduled_at,
         deduplication_key, trace_context, chain_trace_context, open_blocker_count,
         runs_after_failed_blockers, failed_at, failed_by_chain_id, last_attempt_error, attempt_errors,
-        failed_error_type
+        failed_error_type, priority, ordering_key
     )
     SELECT id, chain_id, type_name, chain_type_name, chain_index, status, input, created_at, scheduled_at,
            dedup_key, trace_context, chain_trace_context, open_blocker_count,
            runs_after, failed_at, failed_by_chain_id, last_attempt_error, attempt_errors,
-           failed_error_type
+           failed_error_type, priority, ordering_key
     FROM new_rows
     WHERE new_rows.chain_index > 0
     ORDER BY new_rows.ord
@@ -256,8 +295,8 @@ new_steps AS (
     RETURNING *, (j.xmax::text <> '0') AS existed
 ),
 new_blockers AS (
-    INSERT INTO {job_blocker} (job_id, blocked_by_chain_id, "index")
-    SELECT w.job_id, w.chain_id, (w.pos - 1)::integer
+    INSERT INTO {job_blocker} (job_id, blocked_by_chain_id, "index", resolves_on_any_end)
+    SELECT w.job_id, w.chain_id, (w.pos - 1)::integer, w.any_end
     FROM wanted_blockers AS w
     WHERE w.job_id IN (
         SELECT new_roots.id FROM new_roots
@@ -265,6 +304,21 @@ new_blockers AS (
         SELECT new_steps.id FROM new_steps WHERE NOT new_steps.existed
     )
     RETURNING job_id
+),
+key_taken AS (
+    -- Each key's row names its last new root (and the chain before that one).
+    UPDATE {ordering_key} AS o
+    SET last_chain_id = k.id, previous_chain_id = k.previous_id, updated_at = clock.now
+    FROM keyed AS k, clock
+    WHERE o.key = k.ordering_key AND k.is_last AND NOT EXISTS (SELECT 1 FROM problems)
+),
+key_untaken AS (
+    -- A row jobs_ordering_lock created for roots of this batch that all deduplicated.
+    DELETE FROM {ordering_key} AS o
+    WHERE o.key IN (SELECT b.ordering_key FROM batch AS b WHERE b.chain_id IS NULL)
+      AND o.key NOT IN (SELECT k.ordering_key FROM keyed AS k)
+      AND NOT EXISTS (SELECT 1 FROM {job} AS r WHERE r.id = o.last_chain_id)
+      AND NOT EXISTS (SELECT 1 FROM problems)
 ),
 found AS (
     -- Every row the batch answers with, keyed by (chain_id, chain_index): new roots, new or
@@ -283,9 +337,11 @@ SELECT
         OR (p.chain_id IS NOT NULL AND (p.slot_ord <> p.ord OR COALESCE(found.existed, false))) AS _deduplicated,
     o.chain_ids AS _incomplete,
     (SELECT count(*) FROM new_blockers) AS _blockers,
+    k.previous_id::text AS _ordered_after,
     found.*
 FROM plan AS p
 LEFT JOIN open_blockers AS o ON o.ord = p.ord
+LEFT JOIN keyed AS k ON k.ord = p.ord
 -- An equi-join on one key per item (hashable), not a per-item scan of the new rows: a batch of
 -- n items stays O(n). A root answers with itself, its batch leader or its match (all chain
 -- index 0, chain_id = id); a continuation with the row at its (chain_id, chain_index).

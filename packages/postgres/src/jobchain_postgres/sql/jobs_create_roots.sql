@@ -1,7 +1,8 @@
--- jobs_create_roots: jobs_create for a batch of new chains that need no deduplication, no blockers
--- and no continuation (what most starts are): one multi-row INSERT from a JSON document, without
--- the general statement's planning and lookups. An explicit id that already exists fails the
--- whole statement on the primary key (DuplicateJobIdError), as in the general statement.
+-- jobs_create_roots: jobs_create for a batch of new chains that need no deduplication, no blockers,
+-- no ordering key and no continuation (what most starts are): one multi-row INSERT from a JSON
+-- document, without the general statement's planning and lookups. An explicit id that already
+-- exists fails the whole statement on the primary key (DuplicateJobIdError), as in the general
+-- statement.
 -- With a %(channel)s (a notify adapter listening on this database), the same statement sends one
 -- pg_notify per job type there: delivered when the transaction commits, dropped if it (or the
 -- savepoint) rolls back, so the caller publishes nothing after its commit.
@@ -12,17 +13,17 @@ WITH clock AS (
 inserted AS (
     INSERT INTO {job} (
         id, chain_id, type_name, chain_type_name, chain_index, status, input, created_at, scheduled_at,
-        trace_context, chain_trace_context, runs_after_failed_blockers
+        trace_context, chain_trace_context, runs_after_failed_blockers, priority
     )
     SELECT
         x.id, x.id, x.type_name, x.chain_type_name, 0, 'pending', x.input, clock.now,
         GREATEST(COALESCE(x.scheduled_at, clock.now + make_interval(secs => COALESCE(x.delay, 0))), clock.now),
-        x.trace_context, x.chain_trace_context, COALESCE(x.runs_after, false)
+        x.trace_context, x.chain_trace_context, COALESCE(x.runs_after, false), COALESCE(x.priority, 0)
     FROM clock
     CROSS JOIN jsonb_to_recordset(%(jobs)s::jsonb) AS x(
         ord integer, id uuid, type_name text, chain_type_name text, input jsonb,
         scheduled_at timestamptz, delay double precision, trace_context jsonb, chain_trace_context jsonb,
-        runs_after boolean
+        runs_after boolean, priority smallint
     )
     ORDER BY x.ord
     RETURNING id, type_name, created_at, scheduled_at
