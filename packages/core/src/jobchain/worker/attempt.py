@@ -61,10 +61,13 @@ class HandlerDidNotCompleteError(JobchainError):
 
 @dataclass(frozen=True, slots=True)
 class Completed:
-    """Returned by ``complete``/``continue_with``; the handler returns it."""
+    """Returned by ``complete``/``continue_with``/``wait_for``; the handler returns it."""
 
     job: Job
     continuation: Job | None = None
+    waiting_for: tuple[str, ...] = ()
+    """After ``wait_for``: the chains the job waits for (its status is then blocked, pending
+    or failed, not completed)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -278,6 +281,53 @@ class Attempt(Generic[I, O]):
         )
         self._completed = completed
         return completed
+
+    async def wait_for(
+        self, *chains: Chain | ChainStarted | str, runs_after_failed: bool = False
+    ) -> Completed:
+        """End this attempt waiting for ``chains``; the handler runs again once they all ended.
+
+        Typically the handler starts chains (:meth:`start_chain`) and waits for them::
+
+            started = await attempt.start_chain(resize, Image(url))
+            return await attempt.wait_for(started)
+
+        The job goes back to ``blocked`` with ``chains`` added to its blockers, its slot and
+        lease are released, and the attempt uses none of its attempt budget. Once every
+        blocker chain is terminal the handler runs again — a new attempt, whose
+        :meth:`blockers` lists the job's declared blockers and every chain it waited for, in
+        that order, with their outputs — so the handler tells the two runs apart by what it
+        finds there. A chain that fails or is cancelled fails this job as a failed blocker
+        does, unless ``runs_after_failed=True`` (the next attempt then reads their statuses).
+
+        Like :meth:`complete` it ends the attempt and is called once: as the first await it
+        selects atomic mode and writes in the attempt's transaction (with the chains
+        :meth:`start_chain` wrote there: all or nothing); in staged mode it writes in a
+        transaction of its own. Its result is what the handler returns. Notifications go
+        out after commit. Raises ChainNotFoundError for a missing chain and
+        InvalidArgumentError for none or for the job's own chain (the attempt then fails).
+        """
+        from jobchain.worker.waits import wait_in, waited_chain_ids
+
+        if self._completed is not None:
+            raise AttemptMisuseError("complete/continue_with/wait_for may be called only once per attempt")
+        ids = waited_chain_ids(chains)
+        if not self._prepared:
+            await self._prepare("atomic", None, hold=False)
+        self.signal.raise_if_aborted()
+        if self._tx is None:
+            await self._open_tx()
+        assert self._tx is not None
+        waited = await wait_in(
+            self._tx,
+            self.job.id,
+            ids,
+            worker_id=self.worker_id,
+            lease_generation=self.job.lease_generation,
+            runs_after_failed=runs_after_failed,
+        )
+        self._completed = Completed(job=waited.job, waiting_for=tuple(ids))
+        return self._completed
 
     def _can_defer(self, continuation: Any, callback: Any) -> bool:
         """A completion that writes nothing but itself may join a group commit.

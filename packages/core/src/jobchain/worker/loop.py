@@ -22,17 +22,12 @@ from contextlib import AbstractAsyncContextManager
 from datetime import timedelta
 from typing import TYPE_CHECKING
 
-from jobchain.contracts import (
-    JobNextAvailable,
-    JobsAcquire,
-    RunsOperationsAlone,
-    StateTx,
-    WorkerHeartbeatResult,
-)
-from jobchain.entities import Job, WorkerState
+from jobchain.contracts import RunsOperationsAlone, StateTx, WorkerHeartbeatResult
+from jobchain.entities import PRIORITY_AGING, Job, WorkerState
 from jobchain.errors import InvalidArgumentError, SchemaNotMigratedError, UnknownJobTypeError
 from jobchain.job_types import UNSET, MaxAttempts, validate_max_attempts, validate_timeout
 from jobchain.worker.backoff import DEFAULT_RECOVERY_BACKOFF, Backoff, LeaseConfig
+from jobchain.worker.claims import Claims, type_limits_of
 from jobchain.worker.completer import CompletionGroups
 from jobchain.worker.connections import reserve_connections
 from jobchain.worker.emitter import WorkerEvents
@@ -45,11 +40,13 @@ from jobchain.worker.heartbeat import (
 )
 from jobchain.worker.ids import make_worker_id
 from jobchain.worker.outage import FailureStreak, wait_or_timeout
+from jobchain.worker.periodic import Scheduler
 from jobchain.worker.processors import (
     Processor,
     Processors,
     check_required_middleware,
     merge_processors,
+    merge_schedules,
 )
 from jobchain.worker.reaper import Reaper
 from jobchain.worker.retention import Pruner, Retention
@@ -102,6 +99,13 @@ class Worker(WorkerEvents):
     processor, slice and job type set none: a job whose last attempt fails becomes ``failed``
     (see :mod:`jobchain.worker.failures`, :mod:`jobchain.worker.deadline`). ``retention``
     deletes old finished chains (see :mod:`jobchain.worker.retention`).
+
+    Claims enforce the served types' fleet-wide limits (``JobTypes.define(max_running=,
+    rate_limit=)``) and take higher priorities first; a job due for ``priority_aging`` (default
+    :data:`~jobchain.entities.PRIORITY_AGING`) is taken before any younger job whatever its
+    priority (see :mod:`jobchain.worker.claims`). The periodic schedules of the processor
+    slices (``Processors.periodic``) run in every worker that declares them, one chain per
+    tick between them (:attr:`scheduler`, :mod:`jobchain.worker.periodic`).
     """
 
     def __init__(
@@ -124,18 +128,22 @@ class Worker(WorkerEvents):
         max_attempts: MaxAttempts = UNSET,
         timeout: timedelta | float | None = None,
         retention: Retention | None = None,
+        priority_aging: timedelta | float = PRIORITY_AGING,
     ) -> None:
         self.concurrency = count_setting("concurrency", concurrency, 1)
         self.prefetch = count_setting("prefetch", prefetch, 0)
         slices = [processors] if isinstance(processors, Processors) else list(processors)
         check_required_middleware(slices, required_middleware)
         self._processors: dict[str, Processor] = merge_processors(slices)
+        schedules = merge_schedules(slices)
         if not self._processors:
             raise InvalidArgumentError("a worker needs at least one processor; register a handler")
         registered = client.job_types.names()
         for type_name in self._processors:
             if type_name not in registered:
                 raise UnknownJobTypeError(type_name, registered)
+        for schedule in schedules.values():
+            client.job_types.resolve(schedule.job_type)  # the client's own registry's type
         self.client = client
         self.name = name
         self.worker_id = make_worker_id(name)
@@ -161,7 +169,12 @@ class Worker(WorkerEvents):
             else None
         )
         self._type_names = sorted(self._processors)
-        self._type_leases = self._settings.type_leases()
+        self.priority_aging = _aging(priority_aging)
+        self._scheduler = (
+            Scheduler(client, schedules, name, self.worker_id, emit=self._emit, recovery=recovery)
+            if schedules
+            else None
+        )
         self._events = EventLog(log)
         self._wake = asyncio.Event()
         self._stopping = False
@@ -184,6 +197,22 @@ class Worker(WorkerEvents):
             on_event=self._on_attempt_event,
             wake=self._wake.set,
         )
+        # Claims and look-ups are one operation each: run them without BEGIN/COMMIT round trips
+        # where the adapter can.
+        state = client.state
+        self._open_operation = (
+            state.autocommit if isinstance(state, RunsOperationsAlone) else state.transaction
+        )
+        self._claims = Claims(
+            type_names=self._type_names,
+            worker_id=self.worker_id,
+            lease_for=self._settings.claim_lease,
+            type_leases=self._settings.type_leases(),
+            type_limits=type_limits_of([p.job_type for p in self._processors.values()]),
+            priority_aging=self.priority_aging,
+            open_operation=self._open_operation,
+        )
+        self._slots.freed_capped = self._claims.capped_types
         self._wakeups = WakeUps(
             client,
             self._type_names,
@@ -213,12 +242,6 @@ class Worker(WorkerEvents):
             safety_interval=self.poll_interval,
             recovery=recovery,
         )
-        # Claims and look-ups are one operation each: run them without BEGIN/COMMIT round trips
-        # where the adapter can.
-        state = client.state
-        self._open_operation = (
-            state.autocommit if isinstance(state, RunsOperationsAlone) else state.transaction
-        )
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -241,6 +264,8 @@ class Worker(WorkerEvents):
         self._reaper.start()
         if self._pruner is not None:
             self._pruner.start()
+        if self._scheduler is not None:
+            self._scheduler.start()
 
     async def stop(self) -> None:
         """Stop claiming, let in-flight attempts finish (up to ``shutdown_timeout``), release the rest.
@@ -260,6 +285,8 @@ class Worker(WorkerEvents):
         await self._reaper.stop()
         if self._pruner is not None:
             await self._pruner.stop()
+        if self._scheduler is not None:
+            await self._scheduler.stop()
         await asyncio.gather(self._loop_task, return_exceptions=True)
         await self._slots.drain(self.shutdown_timeout)
         await self._slots.watch.stop()
@@ -303,6 +330,11 @@ class Worker(WorkerEvents):
     def type_names(self) -> list[str]:
         """The job types this worker serves (its processors' types), sorted."""
         return list(self._type_names)
+
+    @property
+    def scheduler(self) -> Scheduler | None:
+        """The periodic scheduler (None without schedules): ``run_due(now)`` starts due ticks."""
+        return self._scheduler
 
     @property
     def inflight_job_ids(self) -> list[str]:
@@ -350,21 +382,7 @@ class Worker(WorkerEvents):
             return
 
     async def _claim(self, limit: int) -> tuple[list[Job], bool]:
-        async with self._operation() as tx:
-            if self._stopping:
-                # stop() came while the transaction was opening: a claim now would only hand
-                # its jobs straight back, with an attempt recorded that never ran.
-                return [], False
-            acquired = await tx.jobs_acquire(
-                JobsAcquire(
-                    type_names=self._type_names,
-                    worker_id=self.worker_id,
-                    lease_for=self._settings.claim_lease,
-                    type_leases=self._type_leases,
-                    limit=limit,
-                )
-            )
-        return acquired.jobs, acquired.has_more
+        return await self._claims.claim(limit, lambda: self._stopping)
 
     def _operation(self, *, read_only: bool = False) -> AbstractAsyncContextManager[StateTx]:
         """A scope for one state operation: its own transaction, in autocommit where possible."""
@@ -373,10 +391,7 @@ class Worker(WorkerEvents):
     async def _wait(self) -> None:
         timeout = self.poll_interval
         if not self._slots.full():
-            async with self._operation(read_only=True) as tx:
-                next_in = await tx.job_next_available(JobNextAvailable(type_names=self._type_names))
-            if next_in is not None:
-                timeout = min(timeout, next_in.total_seconds())
+            timeout = await self._claims.seconds_to_next(timeout)
         # Jitter spreads the pollers of many workers apart.
         timeout += random.uniform(0, timeout / 10)
         await self._sleep_or_wake(timeout)
@@ -401,6 +416,14 @@ class Worker(WorkerEvents):
     def _heartbeat_fatal(self, error: BaseException) -> None:
         self._fatal = error
         self._wake.set()
+
+
+def _aging(value: timedelta | float) -> timedelta:
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        value = timedelta(seconds=positive_seconds("priority_aging", value))
+    if not isinstance(value, timedelta) or value <= timedelta(0):
+        raise InvalidArgumentError(f"priority_aging must be a positive timedelta, got {value!r}")
+    return value
 
 
 def _retrieve(task: asyncio.Task[None]) -> None:

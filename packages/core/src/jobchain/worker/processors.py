@@ -12,8 +12,9 @@ from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
-from jobchain.errors import DuplicateJobTypeError, InvalidArgumentError
+from jobchain.errors import DuplicateJobTypeError, InvalidArgumentError, InvalidScheduleError
 from jobchain.job_types import UNSET, MaxAttempts, validate_max_attempts, validate_timeout
+from jobchain.periodic import CronTicks, PeriodicSchedule, validate_schedule_name
 from jobchain.worker.backoff import Backoff, LeaseConfig
 
 if TYPE_CHECKING:
@@ -70,6 +71,7 @@ class Processors:
 
     middleware: Sequence[object] = ()
     _by_type: dict[str, Processor] = field(default_factory=dict)
+    _periodic: dict[str, PeriodicSchedule] = field(default_factory=dict)
     max_attempts: MaxAttempts = UNSET
     timeout: timedelta | float | None = None
 
@@ -206,8 +208,71 @@ class Processors:
 
         return decorate
 
+    def periodic(
+        self,
+        cron: str,
+        job_type: JobType[I, Any],
+        input: I,
+        *,
+        name: str | None = None,
+        timezone: str = "UTC",
+        catch_up: bool = True,
+    ) -> PeriodicSchedule:
+        """Start a chain of the entry type ``job_type`` with ``input`` at every tick of ``cron``.
+
+        ``cron`` is a cron expression (``"0 3 * * *"``: every day at 03:00; parsed by cronsim,
+        see :mod:`jobchain.periodic`) evaluated in the IANA ``timezone`` (daylight saving
+        time included). ``name`` (default: the type's name) identifies the schedule across
+        workers and deploys: every worker declaring it starts exactly one chain per tick
+        between them (a deduplication key per name and tick). ``catch_up``: a worker that
+        starts after a tick no worker ran (the fleet was down) starts the chain of the last
+        missed tick only, never one per missed tick; False skips it. Schedules are registered
+        in the state backend (``jobchain schedules``); one no worker declares any more is
+        forgotten a week after it was last seen.
+
+        Raises :class:`~jobchain.errors.InvalidScheduleError` (naming the expression) for an
+        invalid cron expression, an unknown timezone, a bad or duplicate name, and
+        JobTypeValidationError for an input the type refuses — at declaration.
+        """
+        ticks = CronTicks.parse(cron, timezone)
+        type_name = getattr(job_type, "name", None)
+        if not isinstance(type_name, str) or not hasattr(job_type, "encode_input"):
+            raise InvalidScheduleError(
+                f"schedule {cron!r}: job_type must be a JobType from JobTypes.define, got {job_type!r}",
+                cron=cron,
+                timezone=timezone,
+            )
+        if not isinstance(catch_up, bool):
+            raise InvalidScheduleError(
+                f"schedule {cron!r}: catch_up must be True or False, got {catch_up!r}", cron=cron
+            )
+        schedule_name = validate_schedule_name(type_name if name is None else name)
+        if schedule_name in self._periodic:
+            raise InvalidScheduleError(
+                f"two schedules are named {schedule_name!r} in this slice; pass name= to tell them apart",
+                cron=cron,
+                timezone=timezone,
+            )
+        if not job_type.entry:
+            raise InvalidScheduleError(
+                f"schedule {schedule_name!r} ({cron!r}) starts {type_name!r}, which cannot start a "
+                "chain; declare that type with entry=True",
+                cron=cron,
+                timezone=timezone,
+            )
+        job_type.encode_input(input)  # JobTypeValidationError now, not at the first tick
+        schedule = PeriodicSchedule(
+            name=schedule_name, ticks=ticks, job_type=job_type, input=input, catch_up=catch_up
+        )
+        self._periodic[schedule_name] = schedule
+        return schedule
+
     def processors(self) -> Iterable[Processor]:
         return self._by_type.values()
+
+    def schedules(self) -> Iterable[PeriodicSchedule]:
+        """The periodic schedules declared on this slice."""
+        return self._periodic.values()
 
 
 def _is_async(handler: Callable[..., Any]) -> bool:
@@ -228,6 +293,22 @@ def merge_processors(slices: Sequence[Processors]) -> dict[str, Processor]:
             merged[processor.job_type.name] = processor
     if duplicates:
         raise DuplicateJobTypeError(duplicates)
+    return merged
+
+
+def merge_schedules(slices: Sequence[Processors]) -> dict[str, PeriodicSchedule]:
+    """Merge the slices' schedules; one name declared twice raises InvalidScheduleError."""
+    merged: dict[str, PeriodicSchedule] = {}
+    for piece in slices:
+        for schedule in piece.schedules():
+            if schedule.name in merged:
+                raise InvalidScheduleError(
+                    f"two processor slices declare a schedule named {schedule.name!r}; "
+                    "pass name= to tell them apart",
+                    cron=schedule.cron,
+                    timezone=schedule.timezone,
+                )
+            merged[schedule.name] = schedule
     return merged
 
 

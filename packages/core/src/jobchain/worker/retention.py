@@ -8,6 +8,10 @@ all its jobs and keeps one still referenced as a blocker by a job outside the de
 One prune runs at a time across all workers: a worker that finds another's prune in progress
 skips its run. What was deleted is reported to the observers as one ``chains_pruned`` event
 per run, with counts by status and by chain type.
+
+Each run also deletes the state backend's deduplication bookkeeping last used more than
+:data:`LOCKS_KEPT` ago (``ChainsPrune.locks_before``; a periodic schedule leaves one per
+tick) and ordering-key rows whose last chain is gone, in batches of ``batch_size`` too.
 """
 
 from __future__ import annotations
@@ -33,6 +37,9 @@ if TYPE_CHECKING:
     from jobchain.client import Client
 
 log = logging.getLogger("jobchain.worker")
+
+LOCKS_KEPT = timedelta(days=1)
+"""Deduplication bookkeeping unused for this long is deleted by retention runs."""
 
 
 def _age(name: str, value: object) -> timedelta | None:
@@ -91,6 +98,7 @@ class Retention:
             completed_before=now - self.completed if self.completed is not None else None,
             failed_before=now - self.failed if self.failed is not None else None,
             cancelled_before=now - self.cancelled if self.cancelled is not None else None,
+            locks_before=now - LOCKS_KEPT,
             limit=limit or self.batch_size,
         )
 
@@ -157,7 +165,7 @@ class Pruner:
             await wait_or_timeout(self._stop, wait)
 
     async def prune(self) -> list[PrunedChain]:
-        """One run: delete batches of old chains until a batch comes back short (or busy)."""
+        """One run: delete batches of old chains (and bookkeeping) until both come back short."""
         request = self.retention.cutoffs(now_of(self._client))
         pruned: list[PrunedChain] = []
         for _ in range(self.retention.max_batches):
@@ -166,7 +174,8 @@ class Pruner:
             if result.busy:
                 break
             pruned += result.chains
-            if len(result.chains) < request.limit or self._stopping:
+            full = len(result.chains) >= request.limit or result.locks_deleted >= request.limit
+            if not full or self._stopping:
                 break
         self.runs += 1
         if pruned:

@@ -169,9 +169,17 @@ class AttemptRunner:
                 scope.error(error)
             await self._reschedule(error)
         else:
-            self.on_event(
-                "job_attempt_completed", self.job, {"continued": attempt.completed.continuation is not None}
-            )
+            completed = attempt.completed
+            if completed.waiting_for:
+                self.on_event(
+                    "job_attempt_waiting",
+                    self.job,
+                    {"blocker_chain_ids": list(completed.waiting_for), "status": completed.job.status.value},
+                )
+            else:
+                self.on_event(
+                    "job_attempt_completed", self.job, {"continued": completed.continuation is not None}
+                )
         finally:
             await self._stop_staged()
 

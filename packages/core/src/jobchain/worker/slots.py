@@ -80,6 +80,10 @@ class Slots:
         """Set when the worker stops: buffered jobs no longer start."""
         self.watch = AttemptWatch(self._runners.values)
         """Long attempts that are not staged listen for cancellation (see its module)."""
+        self.freed_capped: frozenset[str] = frozenset()
+        """Types with a fleet-wide ``max_running``: an attempt of one that ends frees a place,
+        announced to every worker (see :mod:`jobchain.worker.claims`)."""
+        self._announcing: set[asyncio.Task[None]] = set()
 
     # ------------------------------------------------------------------ counting
 
@@ -168,7 +172,8 @@ class Slots:
         self._runners[job.id] = runner
         self.watch.poke()
 
-        def done(_: asyncio.Task[None], job_id: str = job.id) -> None:
+        def done(_: asyncio.Task[None], job_id: str = job.id, type_name: str = job.type_name) -> None:
+            self._announce_freed(type_name)
             self.inflight.pop(job_id, None)
             was_committing = job_id in self._committing
             over_allowance = len(self._committing) > self.concurrency
@@ -202,6 +207,7 @@ class Slots:
         self._batched_extra += len(jobs) - 1
 
         def done(_: asyncio.Task[None]) -> None:
+            self._announce_freed(processor.job_type.name)
             for job in jobs:
                 self.inflight.pop(job.id, None)
                 self._runners.pop(job.id, None)
@@ -214,6 +220,26 @@ class Slots:
                 )
 
         task.add_done_callback(done)
+
+    def _announce_freed(self, type_name: str) -> None:
+        """An attempt of a ``max_running`` type ended (its outcome committed): wake the workers
+        that a claim capped, here and elsewhere."""
+        if type_name not in self.freed_capped or self._client.notify is None:
+            return
+        task = asyncio.get_running_loop().create_task(self._publish_freed(type_name))
+        self._announcing.add(task)
+        task.add_done_callback(self._announcing.discard)
+
+    async def _publish_freed(self, type_name: str) -> None:
+        notify = self._client.notify
+        if notify is None:
+            return
+        try:
+            # The hint first, so a woken worker finds the budget it may consume.
+            await notify.provide_wake_hint(type_name, 1)
+            await notify.publish_job_scheduled(type_name)
+        except Exception:  # a hint only: capped workers poll within a second anyway
+            log.debug("could not announce a freed place of %s", type_name, exc_info=True)
 
     def _committing_now(self, job_id: str) -> None:
         """The handler of ``job_id`` returned; only its commit is left: its slot may run another."""
