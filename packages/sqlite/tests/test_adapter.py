@@ -361,6 +361,7 @@ class TestSchema:
             "0004_worker_registry",
             "0005_job_lifecycle",
             "0006_queue_stats",
+            "0007_scheduling",
         ]
         assert "jobchain_job_listing_status_idx" not in indexes
         assert "jobchain_job_listing_idx" in indexes

@@ -226,7 +226,8 @@ async def test_upgrade_from_0004_keeps_every_row_of_every_status(tmp_path: Path)
     try:
         await adapter.migrate()
         assert dump(path, f"SELECT {OLD_COLUMNS} FROM jobchain_job ORDER BY id") == jobs_before
-        assert dump(path, "SELECT * FROM jobchain_job_blocker ORDER BY job_id, idx") == blockers_before
+        blockers_after = "SELECT job_id, blocked_by_chain_id, idx, trace_context FROM jobchain_job_blocker"
+        assert dump(path, f"{blockers_after} ORDER BY job_id, idx") == blockers_before
         assert dump(path, "SELECT * FROM jobchain_worker") == workers_before
         new = dump(
             path,
@@ -300,7 +301,7 @@ async def test_a_database_without_the_lifecycle_migration_raises_schema_not_migr
     try:
         with pytest.raises(
             CoreSchemaNotMigratedError,
-            match=r"0005_job_lifecycle, 0006_queue_stats not applied.*jobchain migrate",
+            match=r"0005_job_lifecycle, 0006_queue_stats, 0007_scheduling not applied.*jobchain migrate",
         ):
             async with adapter.transaction() as tx:
                 await tx.jobs_list(JobsList())

@@ -131,6 +131,7 @@ MIGRATIONS: tuple[str, ...] = (
     "0004_worker_registry",
     "0005_job_lifecycle",
     "0006_queue_stats",
+    "0007_scheduling",
 )
 """Migration names in the order they apply; each is ``migrations/<name>.sql``."""
 

@@ -105,9 +105,11 @@ JOB_COLUMNS: tuple[str, ...] = (
     "cancel_reason",
     "failed_by_chain_id",
     "runs_after_failed_blockers",
+    "priority",
+    "ordering_key",
 )
 """The job table's columns in table order (0001_initial, 0002_attempt_start's two,
-0004_worker_registry's three, then 0005_job_lifecycle's seven).
+0004_worker_registry's three, 0005_job_lifecycle's seven, then 0007_scheduling's two).
 
 Every statement that returns jobs selects ``*`` / ``j.*`` first, so on the adapter's own
 connections (``sqlite3.Row``) these are the row's first columns and are read by position.
@@ -119,14 +121,17 @@ _loads = json.loads
 
 
 _LIFECYCLE_AT = JOB_COLUMNS.index("attempt_errors")
-_PLAIN_LIFECYCLE = (None, 0, None, None, None, None, 0)
-"""The lifecycle columns of a job never failed, cancelled or retried: what most rows hold."""
+_PLAIN_LIFECYCLE = (None, 0, None, None, None, None, 0, 0, None)
+"""The lifecycle and scheduling columns of a job never failed, cancelled or retried, of
+priority 0 and no ordering key: what most rows hold."""
 
 RUNNING_JOB_COLUMNS: tuple[str, ...] = (
     *JOB_COLUMNS[:_LIFECYCLE_AT],
     "attempt_errors",
     "attempt_base",
     "runs_after_failed_blockers",
+    "priority",
+    "ordering_key",
 )
 """What claims and group completions return (``jobs_acquire.sql``, ``jobs_complete.sql``): a
 job that is or was just running never has ``failed_at``, ``cancelled_at``, ``cancel_reason``
@@ -150,8 +155,10 @@ def running_job_from_row(row: Row) -> Job:
         if type(row) is sqlite3.Row
         else tuple(row[name] for name in RUNNING_JOB_COLUMNS)
     )
-    attempt_errors, attempt_base, runs_after = values[_LIFECYCLE_AT:]
-    return _job_of(values, (attempt_errors, attempt_base, None, None, None, None, runs_after))
+    attempt_errors, attempt_base, runs_after, priority, ordering_key = values[_LIFECYCLE_AT:]
+    return _job_of(
+        values, (attempt_errors, attempt_base, None, None, None, None, runs_after, priority, ordering_key)
+    )
 
 
 def _job_of(values: Sequence[Any], lifecycle: Sequence[Any]) -> Job:
@@ -217,7 +224,17 @@ def _job_of(values: Sequence[Any], lifecycle: Sequence[Any]) -> Job:
 
 
 def _with_lifecycle(job: Job, lifecycle: Sequence[Any]) -> Job:
-    attempt_errors, attempt_base, failed_at, cancelled_at, cancel_reason, failed_by, runs_after = lifecycle
+    (
+        attempt_errors,
+        attempt_base,
+        failed_at,
+        cancelled_at,
+        cancel_reason,
+        failed_by,
+        runs_after,
+        priority,
+        ordering_key,
+    ) = lifecycle
     return replace(
         job,
         attempt_errors=() if attempt_errors is None else attempt_errors_from_json(_loads(attempt_errors)),
@@ -227,6 +244,8 @@ def _with_lifecycle(job: Job, lifecycle: Sequence[Any]) -> Job:
         cancel_reason=cancel_reason,
         failed_by_chain_id=failed_by,
         runs_after_failed_blockers=bool(runs_after),
+        priority=priority,
+        ordering_key=ordering_key,
     )
 
 
@@ -267,6 +286,8 @@ def completed_from_running(job: Job, output: JsonValue, completed_at: datetime, 
         cancel_reason=job.cancel_reason,
         failed_by_chain_id=job.failed_by_chain_id,
         runs_after_failed_blockers=job.runs_after_failed_blockers,
+        priority=job.priority,
+        ordering_key=job.ordering_key,
     )
 
 

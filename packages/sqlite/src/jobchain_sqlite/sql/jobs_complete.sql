@@ -35,7 +35,7 @@ RETURNING id, type_name, chain_id, chain_type_name, chain_index, status, input, 
        scheduled_at, attempt, last_attempt_at, last_attempt_error, leased_by, leased_until,
        lease_generation, completed_at, completed_by, deduplication_key, trace_context,
        chain_trace_context, first_attempt_at, attempt_started_at, rescued_at, rescued_from,
-       rescue_reason, attempt_errors, attempt_base, runs_after_failed_blockers, EXISTS (
+       rescue_reason, attempt_errors, attempt_base, runs_after_failed_blockers, priority, ordering_key, EXISTS (
     SELECT 1 FROM {p}job c WHERE c.chain_id = {p}job.chain_id AND c.chain_index = {p}job.chain_index + 1
 ) AS has_next, EXISTS (
     SELECT 1 FROM {p}job_blocker b WHERE b.blocked_by_chain_id = {p}job.chain_id
