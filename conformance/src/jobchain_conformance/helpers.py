@@ -8,7 +8,7 @@ stable API for every suite module: add new helpers, never rename existing ones.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable, Callable, Iterable, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from datetime import datetime, timedelta
 from typing import TypeVar
 
@@ -44,7 +44,28 @@ from jobchain.contracts import (
     StateAdapter,
     StateTx,
 )
-from jobchain.entities import AttemptError, Chain, Deduplication, Job, JsonValue, Schedule, new_id
+from jobchain.contracts.scheduling import (
+    JobWait,
+    JobWaited,
+    PausedTypesList,
+    ScheduleRegistration,
+    SchedulesList,
+    SchedulesRegister,
+    TypesPause,
+)
+from jobchain.entities import (
+    PRIORITY_AGING,
+    AttemptError,
+    Chain,
+    Deduplication,
+    Job,
+    JsonValue,
+    PausedType,
+    Schedule,
+    ScheduleRecord,
+    TypeLimits,
+    new_id,
+)
 from jobchain.stats import DURATION_SAMPLE, DURATION_WINDOW, STATS_WINDOWS, QueueStats
 
 E = TypeVar("E", bound=Exception)
@@ -77,6 +98,8 @@ def new_job(
     trace_context: JsonValue = None,
     chain_trace_context: JsonValue = None,
     runs_after_failed_blockers: bool = False,
+    priority: int = 0,
+    ordering_key: str | None = None,
 ) -> NewJob:
     """A :class:`NewJob` starting a chain (unless ``chain_id``); chain type defaults to the job type."""
     return NewJob(
@@ -92,6 +115,8 @@ def new_job(
         trace_context=trace_context,
         chain_trace_context=chain_trace_context,
         runs_after_failed_blockers=runs_after_failed_blockers,
+        priority=priority,
+        ordering_key=ordering_key,
     )
 
 
@@ -152,6 +177,8 @@ async def start(
     trace_context: JsonValue = None,
     chain_trace_context: JsonValue = None,
     runs_after_failed_blockers: bool = False,
+    priority: int = 0,
+    ordering_key: str | None = None,
 ) -> Job:
     """Start a new chain and return its root job."""
     job = new_job(
@@ -165,6 +192,8 @@ async def start(
         trace_context=trace_context,
         chain_trace_context=chain_trace_context,
         runs_after_failed_blockers=runs_after_failed_blockers,
+        priority=priority,
+        ordering_key=ordering_key,
     )
     return (await create_one(adapter, job, now=now)).job
 
@@ -279,10 +308,18 @@ async def acquire(
     worker_id: str = WORKER,
     lease_for: timedelta = LEASE,
     limit: int = 1,
+    type_limits: Mapping[str, TypeLimits] | None = None,
+    priority_aging: timedelta = PRIORITY_AGING,
 ) -> JobsAcquired:
     """Claim up to ``limit`` jobs in one committed transaction."""
     params = JobsAcquire(
-        type_names=type_names, worker_id=worker_id, lease_for=lease_for, limit=limit, now=now
+        type_names=type_names,
+        worker_id=worker_id,
+        lease_for=lease_for,
+        limit=limit,
+        type_limits=dict(type_limits or {}),
+        priority_aging=priority_aging,
+        now=now,
     )
     async with adapter.transaction() as tx:
         return await tx.jobs_acquire(params)
@@ -451,6 +488,65 @@ def attempt_error(
 ) -> AttemptError:
     """An :class:`AttemptError` entry for the error history."""
     return AttemptError(attempt=attempt, worker_id=worker_id, error_type=error_type, message=message, at=at)
+
+
+# ---------------------------------------------------------------- scheduling controls
+
+
+async def pause(
+    adapter: StateAdapter, type_names: Sequence[str], *, now: datetime, paused: bool = True
+) -> list[PausedType]:
+    """Pause (or, ``paused=False``, resume) job types in one committed transaction."""
+    async with adapter.transaction() as tx:
+        return await tx.types_pause(TypesPause(type_names=type_names, paused=paused, now=now))
+
+
+async def paused_types(adapter: StateAdapter) -> list[PausedType]:
+    """Every paused type (committed state)."""
+    async with adapter.transaction(read_only=True) as tx:
+        return await tx.paused_types_list(PausedTypesList())
+
+
+async def wait_for(
+    adapter: StateAdapter,
+    job_id: str,
+    blocker_chain_ids: Sequence[str],
+    *,
+    now: datetime,
+    worker_id: str = WORKER,
+    lease_generation: int | None = None,
+    runs_after_failed: bool = False,
+) -> JobWaited:
+    """``job_wait`` (a running job waits for chains) in one committed transaction."""
+    params = JobWait(
+        job_id=job_id,
+        worker_id=worker_id,
+        blocker_chain_ids=blocker_chain_ids,
+        lease_generation=lease_generation,
+        runs_after_failed=runs_after_failed,
+        now=now,
+    )
+    async with adapter.transaction() as tx:
+        return await tx.job_wait(params)
+
+
+async def register_schedules(
+    adapter: StateAdapter,
+    schedules: Sequence[ScheduleRegistration],
+    *,
+    now: datetime,
+    forget_before: datetime | None = None,
+) -> list[ScheduleRecord]:
+    """Upsert schedule registrations in one committed transaction."""
+    params = SchedulesRegister(schedules=schedules, forget_before=forget_before, now=now)
+    async with adapter.transaction() as tx:
+        return await tx.schedules_register(params)
+
+
+async def list_schedules(adapter: StateAdapter) -> list[ScheduleRecord]:
+    """Every registered schedule (committed state)."""
+    async with adapter.transaction(read_only=True) as tx:
+        return await tx.schedules_list(SchedulesList())
 
 
 # ---------------------------------------------------------------- assertions

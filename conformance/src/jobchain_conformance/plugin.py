@@ -12,6 +12,7 @@ MARKERS = (
     "conformance: a jobchain adapter conformance case (from jobchain-conformance)",
     "integration: a jobchain client+worker integration case (from jobchain-conformance)",
     "requires(*capabilities): the case needs these adapter capabilities",
+    "scheduling: a jobchain scheduling-controls case (priorities, limits, pause, ordered keys, waits)",
 )
 
 

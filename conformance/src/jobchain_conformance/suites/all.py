@@ -26,6 +26,13 @@ from jobchain_conformance.suites.integration_scheduling import (
     SchedulingTests,
     WakeUpTests,
 )
+from jobchain_conformance.suites.integration_scheduling_controls import PeriodicScheduleTests, WaitForTests
+from jobchain_conformance.suites.integration_scheduling_controls_limits import (
+    PauseTests,
+    PriorityTests,
+    TypeLimitTests,
+)
+from jobchain_conformance.suites.integration_scheduling_controls_order import OrderedKeyTests
 from jobchain_conformance.suites.integration_shutdown import ShutdownTests
 from jobchain_conformance.suites.notify_channels import (
     ChainCompletedChannelTests,
@@ -72,6 +79,7 @@ from jobchain_conformance.suites.state_rescue import (
     ReapRescueTests,
     WorkerReleaseTests,
 )
+from jobchain_conformance.suites.state_scheduling import SchedulingStateTests
 from jobchain_conformance.suites.state_transactions import CloseTests, SavepointTests, TransactionTests
 from jobchain_conformance.suites.state_trigger import JobsTriggerTests
 from jobchain_conformance.suites.state_workers import (
@@ -118,6 +126,7 @@ class StateAdapterSuite(
     ChainsDeleteTests,
     LifecycleStateTests,
     QueueStatsTests,
+    SchedulingStateTests,
     ResultOrderTests,
     RefusedArgumentTests,
     ChainsListTests,
@@ -174,6 +183,12 @@ class IntegrationSuite(
     ShutdownTests,
     NotifyResilienceTests,
     StateResilienceTests,
+    PeriodicScheduleTests,
+    WaitForTests,
+    TypeLimitTests,
+    PauseTests,
+    PriorityTests,
+    OrderedKeyTests,
     IntegrationSuiteBase,
 ):
     """Every client + worker integration case, over one (state adapter, notify adapter) pair."""
