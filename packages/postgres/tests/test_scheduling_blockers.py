@@ -17,12 +17,13 @@ import psycopg
 from psycopg import sql
 
 from jobchain.contracts import (
+    ChainsCancel,
     JobBlockersGet,
     JobComplete,
     JobFail,
     JobGet,
-    JobsAcquire,
     JobsCreate,
+    JobsRetry,
     NewJob,
 )
 from jobchain.entities import Deduplication, JobStatus, new_id
@@ -63,17 +64,11 @@ async def blocker_flags(url: str, schema: str, job_id: str) -> list[tuple[str, i
 
 
 async def run_to_end(state: PostgresStateAdapter, job_id: str, *, fail: bool = False) -> Any:
-    """Claim ``job_id`` (the only pending job of its type) and complete or fail it."""
+    """Complete or fail ``job_id`` without a worker (no claim: these tests are about blockers)."""
     async with state.transaction() as tx:
-        job = await tx.job_get(JobGet(job_id=job_id))
-        assert job is not None
-        claimed = await tx.jobs_acquire(
-            JobsAcquire(type_names=[job.type_name], worker_id="w", lease_for=LEASE, limit=10, now=NOW)
-        )
-        assert [j.id for j in claimed.jobs] == [job_id]
         if fail:
-            return await tx.job_fail(JobFail(job_id=job_id, worker_id="w", error="boom", now=NOW))
-        return await tx.job_complete(JobComplete(job_id=job_id, worker_id="w", output=1, now=NOW))
+            return await tx.job_fail(JobFail(job_id=job_id, error="boom", now=NOW))
+        return await tx.job_complete(JobComplete(job_id=job_id, output=1, now=NOW))
 
 
 async def test_first_chain_of_a_key_runs_and_the_next_waits_for_it(
@@ -181,3 +176,76 @@ async def test_priorities_are_stored_by_both_creation_statements(pg_state: Postg
     assert [s.priority if s else None for s in stored] == [7, -3, 0]
     assert [s.ordering_key if s else None for s in stored] == [None, "k", None]
     assert [c.job for c in created] == stored
+
+
+async def test_a_failed_or_cancelled_previous_chain_releases_the_next_one(
+    pg_state: PostgresStateAdapter,
+) -> None:
+    first, second, third = root(ordering_key="k"), root(ordering_key="k"), root(ordering_key="k")
+    await create(pg_state, first, second, third)
+    failed = await run_to_end(pg_state, first.id, fail=True)
+    assert failed.failed_jobs == []
+    assert [j.id for j in failed.unblocked_jobs] == [second.id]
+    async with pg_state.transaction() as tx:
+        cancelled = await tx.chains_cancel(ChainsCancel(chain_ids=[second.id], now=NOW))
+    assert cancelled.failed_jobs == []
+    assert [j.id for j in cancelled.unblocked_jobs] == [third.id]
+    assert cancelled.unblocked_jobs[0].status is JobStatus.PENDING
+
+
+async def test_the_previous_chain_ending_badly_counts_once_among_other_open_blockers(
+    pg_state: PostgresStateAdapter,
+) -> None:
+    declared, first = root("d"), root(ordering_key="k")
+    await create(pg_state, declared, first)
+    second = root(ordering_key="k", blocker_chain_ids=[declared.id])
+    await create(pg_state, second)
+    failed = await run_to_end(pg_state, first.id, fail=True)
+    assert failed.unblocked_jobs == []
+    assert failed.failed_jobs == []
+    completed = await run_to_end(pg_state, declared.id)
+    assert [j.id for j in completed.unblocked_jobs] == [second.id]
+
+
+async def test_a_declared_blocker_failing_fails_the_job_even_with_an_open_previous_chain(
+    pg_state: PostgresStateAdapter,
+) -> None:
+    declared, first = root("d"), root(ordering_key="k")
+    await create(pg_state, declared, first)
+    second = root(ordering_key="k", blocker_chain_ids=[declared.id])
+    await create(pg_state, second)
+    failed = await run_to_end(pg_state, declared.id, fail=True)
+    assert [(j.id, j.failed_by_chain_id) for j in failed.failed_jobs] == [(second.id, declared.id)]
+    # The failed chain of the key is terminal: it releases nothing when its predecessor ends.
+    completed = await run_to_end(pg_state, first.id)
+    assert completed.unblocked_jobs == []
+
+
+async def test_retrying_a_previous_chain_holds_the_next_one_again(pg_state: PostgresStateAdapter) -> None:
+    declared, first = root("d"), root(ordering_key="k")
+    await create(pg_state, declared, first)
+    second = root(ordering_key="k", blocker_chain_ids=[declared.id])
+    await create(pg_state, second)
+    await run_to_end(pg_state, first.id, fail=True)  # counted as resolved: one blocker left
+    async with pg_state.transaction() as tx:
+        retried = await tx.jobs_retry(JobsRetry(job_ids=[first.id], now=NOW))
+    assert [j.id for j in retried.retried] == [first.id]
+    completed = await run_to_end(pg_state, declared.id)
+    assert completed.unblocked_jobs == []  # the retried previous chain is open again
+    completed = await run_to_end(pg_state, first.id)
+    assert [j.id for j in completed.unblocked_jobs] == [second.id]
+
+
+async def test_a_failed_previous_chain_never_refuses_a_retry(pg_state: PostgresStateAdapter) -> None:
+    declared, first = root("d"), root(ordering_key="k")
+    await create(pg_state, declared, first)
+    second = root(ordering_key="k", blocker_chain_ids=[declared.id])
+    await create(pg_state, second)
+    await run_to_end(pg_state, declared.id, fail=True)  # fails second
+    await run_to_end(pg_state, first.id, fail=True)
+    async with pg_state.transaction() as tx:
+        retried = await tx.jobs_retry(JobsRetry(job_ids=[declared.id], now=NOW))
+    # second follows its declared blocker back; its failed previous chain keeps it from nothing.
+    assert [(j.id, j.status) for j in retried.reblocked] == [(second.id, JobStatus.BLOCKED)]
+    completed = await run_to_end(pg_state, declared.id)
+    assert [j.id for j in completed.unblocked_jobs] == [second.id]

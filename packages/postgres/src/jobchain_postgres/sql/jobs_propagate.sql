@@ -3,14 +3,18 @@
 -- job_fail or chains_cancel, which leave those chains in the transaction-local setting
 -- jobchain.origins ("<chain id>:failed" or "<chain id>:cancelled", comma-separated; empty: nothing
 -- to do). Its snapshot is taken after theirs, so it sees what they changed.
--- failing: every blocked job without runs_after_failed_blockers that a failing chain blocks; a
--- blocked job is its chain's last job, so its chain fails with it and is followed in turn (UNION
--- keeps a cycle of blockers finite). cause: per job, its first declared blocker chain that is
--- failed or cancelled once the statement is done, never the walk's order. Failed jobs: status failed, failed_at, failed_by_chain_id, a readable
--- last_attempt_error, a BlockerChainFailed / BlockerChainCancelled entry appended to the error
--- history. releases: blocked jobs with runs_after_failed_blockers blocked by chains that became
--- terminal here: their open_blocker_count (blocker chains not yet terminal) drops by that
--- number, and at zero they become pending (never scheduled in the past), as a completion does.
+-- A blocker "runs after failure" when its job has runs_after_failed_blockers or its blocker row
+-- resolves_on_any_end (an ordering key's previous chain, a wait with runs_after_failed).
+-- failing: every blocked job that a failing chain blocks through a blocker that does not run
+-- after failure; a blocked job is its chain's last job, so its chain fails with it and is
+-- followed in turn (UNION keeps a cycle of blockers finite). cause: per job, its first declared
+-- blocker chain that is failed or cancelled once the statement is done (among its blockers that
+-- do not run after failure), never the walk's order. Failed jobs: status failed, failed_at,
+-- failed_by_chain_id, a readable last_attempt_error, a BlockerChainFailed /
+-- BlockerChainCancelled entry appended to the error history. releases: blocked jobs that do not
+-- fail here, blocked by chains that became terminal here through blockers that run after
+-- failure: their open_blocker_count (blocker chains not yet terminal) drops by that number, and
+-- at zero they become pending (never scheduled in the past), as a completion does.
 -- Plan: job_blocker_chain_idx per failing chain, then primary-key lookups.
 WITH RECURSIVE
 clock AS (
@@ -25,13 +29,13 @@ failing (job_id, chain_id) AS (
     FROM origin AS o
     JOIN {job_blocker} AS b ON b.blocked_by_chain_id = o.chain_id
     JOIN {job} AS j ON j.id = b.job_id
-    WHERE j.status = 'blocked' AND NOT j.runs_after_failed_blockers
+    WHERE j.status = 'blocked' AND NOT (j.runs_after_failed_blockers OR b.resolves_on_any_end)
     UNION
     SELECT j.id, j.chain_id
     FROM failing AS f
     JOIN {job_blocker} AS b ON b.blocked_by_chain_id = f.chain_id
     JOIN {job} AS j ON j.id = b.job_id
-    WHERE j.status = 'blocked' AND NOT j.runs_after_failed_blockers
+    WHERE j.status = 'blocked' AND NOT (j.runs_after_failed_blockers OR b.resolves_on_any_end)
       AND j.chain_id NOT IN (SELECT origin.chain_id FROM origin)
 ),
 ended AS MATERIALIZED (
@@ -60,7 +64,8 @@ cause AS MATERIALIZED (
         ORDER BY x.chain_index DESC
         LIMIT 1
     ) AS l ON true
-    WHERE e.chain_id IS NOT NULL OR l.status IN ('failed', 'cancelled')
+    WHERE (e.chain_id IS NOT NULL OR l.status IN ('failed', 'cancelled'))
+      AND NOT b.resolves_on_any_end  -- failing jobs have no runs_after_failed_blockers
     ORDER BY f.job_id, b."index"
 ),
 terminal AS (
@@ -73,7 +78,8 @@ releases AS (
     FROM terminal AS t
     JOIN {job_blocker} AS b ON b.blocked_by_chain_id = t.chain_id
     JOIN {job} AS j ON j.id = b.job_id
-    WHERE j.status = 'blocked' AND j.runs_after_failed_blockers
+    WHERE j.status = 'blocked' AND (j.runs_after_failed_blockers OR b.resolves_on_any_end)
+      AND j.id NOT IN (SELECT failing.job_id FROM failing)
     GROUP BY b.job_id
 ),
 failed AS (

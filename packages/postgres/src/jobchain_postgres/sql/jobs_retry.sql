@@ -6,11 +6,14 @@
 -- or cancelled blocker chain, outside what this statement revives, stays failed and now names that
 -- chain (outside_failed), and so do the jobs it failed in turn (excluded); the others go back to
 -- blocked with the same resets (reblocked). open_blocker_count is recounted for every job whose
--- blockers this statement revives (the retried and reblocked jobs, and blocked
--- runs_after_failed_blockers jobs still waiting on a revived chain): a revived chain counts as open.
+-- blockers this statement revives (the retried and reblocked jobs, and blocked jobs still waiting
+-- on a revived chain through a blocker that runs after failure): a revived chain counts as open.
 -- Refusals (nothing written): a missing id, a job that is not failed or cancelled, or one (without
 -- runs_after_failed_blockers) with a failed or cancelled blocker chain, even one retried by the
--- same request (retry the blocker: its dependents follow).
+-- same request (retry the blocker: its dependents follow). A blocker row with resolves_on_any_end
+-- (an ordering key's previous chain, a wait with runs_after_failed) runs after failure as
+-- runs_after_failed_blockers does: it never refuses, never keeps a job failed, and counts as open
+-- only while its chain is not terminal.
 -- Plan: primary key per id; job_blocker_chain_idx to follow dependents; job_blocker primary key and
 -- job_chain_index_idx (backward) for each blocker chain's last job.
 WITH RECURSIVE
@@ -53,19 +56,20 @@ revived AS (
     SELECT followed.chain_id FROM followed
 ),
 waiting AS (
-    -- Blocked runs_after_failed_blockers jobs that a retried chain blocks: that chain, terminal
-    -- until now, was not counted in their open_blocker_count; it is again.
-    SELECT DISTINCT b.job_id
+    -- Blocked jobs that a retried chain blocks through a blocker that runs after failure: that
+    -- chain, terminal until now, was not counted in their open_blocker_count; it is again.
+    SELECT DISTINCT b.job_id, d.runs_after_failed_blockers AS runs_after
     FROM {job_blocker} AS b
     JOIN {job} AS d ON d.id = b.job_id
     WHERE b.blocked_by_chain_id IN (SELECT retry_chains.chain_id FROM retry_chains)
       AND d.status = 'blocked'
-      AND d.runs_after_failed_blockers
+      AND (d.runs_after_failed_blockers OR b.resolves_on_any_end)
 ),
 blocker_state AS (
     -- Every blocker of every job this statement may change, with its chain's last status now.
     SELECT b.job_id, b.blocked_by_chain_id AS chain_id, b."index" AS idx, l.status,
-           b.blocked_by_chain_id IN (SELECT revived.chain_id FROM revived) AS revived
+           b.blocked_by_chain_id IN (SELECT revived.chain_id FROM revived) AS revived,
+           b.resolves_on_any_end AS any_end
     FROM (
         SELECT requested.job_id FROM requested WHERE requested.found
         UNION
@@ -87,6 +91,7 @@ outside_failed AS (
     WHERE s.job_id IN (SELECT followed.job_id FROM followed)
       AND s.status IN ('failed', 'cancelled')
       AND NOT s.revived
+      AND NOT s.any_end
     ORDER BY s.job_id, s.idx
 ),
 excluded (job_id, chain_id, path) AS (
@@ -119,6 +124,7 @@ blocked_by AS (
     WHERE q.status IN ('failed', 'cancelled')
       AND NOT q.runs_after
       AND s.status IN ('failed', 'cancelled')  -- as stored: retried in the same request or not
+      AND NOT s.any_end
     ORDER BY q.job_id, s.chain_id IS DISTINCT FROM q.failed_by_chain_id, s.idx
 ),
 refused AS (
@@ -137,14 +143,14 @@ targets AS (
     FROM reblock AS r
     JOIN {job} AS d ON d.id = r.job_id
     UNION ALL
-    SELECT waiting.job_id, true, 'waiting' FROM waiting
+    SELECT waiting.job_id, waiting.runs_after, 'waiting' FROM waiting
 ),
 counts AS (
     SELECT t.job_id, t.kind,
            count(s.chain_id) FILTER (
                WHERE s.chain_id IN (SELECT live.chain_id FROM live)
                   OR s.status NOT IN ('completed', 'failed', 'cancelled')
-                  OR (s.status <> 'completed' AND NOT t.runs_after)
+                  OR (s.status <> 'completed' AND NOT (t.runs_after OR s.any_end))
            )::integer AS open
     FROM targets AS t
     LEFT JOIN blocker_state AS s ON s.job_id = t.job_id
