@@ -121,7 +121,11 @@ class Attempt(Generic[I, O]):
         return self._tx
 
     async def blockers(self) -> list[Chain]:
-        """The job's blocker chains in declaration order, completed, with their outputs."""
+        """The job's blocker chains in declaration order (terminal, with their outputs): the
+        declared ones, then those it waited for (:meth:`wait_for`). Read in the attempt's
+        transaction while one is open (atomic mode)."""
+        if self._tx is not None:
+            return await self._tx.state.job_blockers_get(JobBlockersGet(job_id=self.job.id))
         async with self._client.state.transaction(read_only=True) as tx:
             return await tx.job_blockers_get(JobBlockersGet(job_id=self.job.id))
 
