@@ -24,7 +24,7 @@ from jobchain.errors import InvalidArgumentError
 
 from .conftest import HOSTILE, SECRET, TOKEN, Browser, Seeded, csrf_of, settings
 
-PAGES = ("/", "/chains", "/jobs", "/jobs?status=pending", "/workers")
+PAGES = ("/", "/chains", "/jobs", "/jobs?status=pending", "/workers", "/schedules")
 
 
 # ---------------------------------------------------------------- authentication

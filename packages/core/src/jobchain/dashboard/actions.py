@@ -1,4 +1,5 @@
-"""The dashboard's actions (POST): log in and out, retry a job, cancel or delete a chain.
+"""The dashboard's actions (POST): log in and out, retry a job, cancel or delete a chain, pause
+or resume a job type.
 
 Every POST checks the session's CSRF token (and a same-site ``Origin``) before reading
 anything else; a refused one gets 403 and changes nothing. Read-only dashboards refuse the
@@ -26,6 +27,7 @@ from jobchain.errors import (
     JobNotFoundError,
     JobNotRetryableError,
 )
+from jobchain.job_types import validate_type_name
 
 DEFAULT_CANCEL_REASON: Final = "cancelled from the dashboard"
 RETRY_ALL_LIMIT: Final = 1_000
@@ -179,6 +181,34 @@ async def delete(request: Request) -> Response:
     return _back(request, form, "deleted", chain_id)
 
 
+# ---------------------------------------------------------------- job type controls
+
+
+def _type_name(form: FormData) -> str:
+    try:
+        return validate_type_name(form.get("type"))
+    except InvalidArgumentError as exc:
+        raise HTTPException(400, f"type: {exc}") from None
+
+
+async def pause(request: Request) -> Response:
+    """Pause a job type: no worker claims it until it is resumed (running jobs finish)."""
+    form = await _action_form(request)
+    type_name = _type_name(form)
+    client = await client_of(request)
+    await client.pause(type_name)
+    return _back(request, form, "paused", type_name)
+
+
+async def resume(request: Request) -> Response:
+    """Resume a paused job type (idle workers are woken after the commit)."""
+    form = await _action_form(request)
+    type_name = _type_name(form)
+    client = await client_of(request)
+    await client.resume(type_name)
+    return _back(request, form, "resumed", type_name)
+
+
 # ---------------------------------------------------------------- login
 
 
@@ -231,6 +261,8 @@ __all__ = [
     "login",
     "login_form",
     "logout",
+    "pause",
+    "resume",
     "retry",
     "safe_next",
 ]

@@ -53,6 +53,7 @@ def _build(source: ClientSource, settings: DashboardSettings) -> Starlette:
         Route("/chains/{chain_id}", pages.chain, name="chain"),
         Route("/jobs", pages.jobs, name="jobs"),
         Route("/workers", pages.workers, name="workers"),
+        Route("/schedules", pages.schedules, name="schedules"),
         Route("/login", actions.login_form, methods=["GET"], name="login"),
         Route("/login", actions.login, methods=["POST"]),
         Route("/logout", actions.logout, methods=["POST"], name="logout"),
@@ -60,6 +61,8 @@ def _build(source: ClientSource, settings: DashboardSettings) -> Starlette:
         Route("/actions/retry-all", actions.retry_all, methods=["POST"], name="retry_all"),
         Route("/actions/cancel", actions.cancel, methods=["POST"], name="cancel"),
         Route("/actions/delete", actions.delete, methods=["POST"], name="delete"),
+        Route("/actions/pause", actions.pause, methods=["POST"], name="pause"),
+        Route("/actions/resume", actions.resume, methods=["POST"], name="resume"),
         Mount("/static", app=StaticFiles(directory=HERE / "static"), name="static"),
     ]
     app = Starlette(

@@ -1,4 +1,4 @@
-"""The dashboard's pages (GET): overview, chains, one chain, jobs by status, workers."""
+"""The dashboard's pages (GET): overview, chains, one chain, jobs by status, workers, schedules."""
 
 from __future__ import annotations
 
@@ -15,6 +15,7 @@ from jobchain.dashboard.charts import blocker_graph, throughput_chart
 from jobchain.dashboard.context import client_of, render
 from jobchain.entities import Chain, JobStatus, WorkerState, utcnow, validate_id
 from jobchain.errors import InvalidArgumentError, InvalidJobIdError, JobchainError
+from jobchain.job_types import validate_type_name
 
 logger = logging.getLogger("jobchain.dashboard")
 
@@ -27,8 +28,14 @@ NOTICES: Final = {
     "deleted": "Chain {} deleted.",
     "retried_all": "{} chains retried.",
     "retried_more": "{} chains retried; more match: retry all again to go on.",
+    "paused": "Job type {} paused: no worker claims it until it is resumed.",
+    "resumed": "Job type {} resumed.",
 }
 COUNTED: Final = frozenset({"retried_all", "retried_more"})
+NAMED: Final = frozenset({"paused", "resumed"})
+"""Notices whose subject is a job type name (shown only if it is one)."""
+STALE_AFTER: Final = timedelta(days=1)
+"""A schedule no worker registered for this long is marked stale (as ``jobchain schedules``)."""
 MAX_CHAIN_BLOCKER_READS: Final = 50
 """A chain page reads the blockers of at most this many of its jobs (one read each)."""
 
@@ -42,6 +49,11 @@ def notice(request: Request) -> str | None:
         return None
     if done in COUNTED:
         return template.format(int(subject) if subject.isdigit() else 0)
+    if done in NAMED:
+        try:
+            return template.format(validate_type_name(subject))
+        except InvalidArgumentError:
+            return template.format("").replace("  ", " ")
     try:
         return template.format(validate_id(subject))
     except InvalidJobIdError:
@@ -240,6 +252,28 @@ async def workers(request: Request) -> Response:
     )
 
 
+# ---------------------------------------------------------------- schedules
+
+
+async def schedules(request: Request) -> Response:
+    """The periodic schedules workers registered, with their next run and last tick."""
+    client = await client_of(request)
+    records = await client.list_schedules()
+    now = utcnow()
+    return render(
+        request,
+        "schedules.html",
+        {
+            "page": "schedules",
+            "schedules": records,
+            "stale": {r.name for r in records if now - r.last_seen_at > STALE_AFTER},
+            "now": now,
+            "notice": notice(request),
+            "refresh": True,
+        },
+    )
+
+
 # ---------------------------------------------------------------- errors
 
 
@@ -269,4 +303,4 @@ def _error_page(request: Request, status: int, message: str) -> Response:
     return render(request, "error.html", {"page": "", "status": status, "message": message}, status)
 
 
-__all__ = ["chain", "chains", "jobs", "http_error", "overview", "server_error", "workers"]
+__all__ = ["chain", "chains", "jobs", "http_error", "overview", "schedules", "server_error", "workers"]
