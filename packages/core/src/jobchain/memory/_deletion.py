@@ -12,6 +12,7 @@ from datetime import datetime
 from jobchain.contracts.state import ChainsDelete, ChainsDeleted, ChainsPrune, ChainsPruned, PrunedChain
 from jobchain.entities import Chain, Job, JobStatus
 from jobchain.errors import BlockerReference
+from jobchain.memory import _ordering
 from jobchain.memory._store import created_key, unique
 from jobchain.memory._views import View
 from jobchain.memory._writes import Ctx
@@ -54,6 +55,7 @@ def chains_delete(ctx: Ctx, params: ChainsDelete) -> ChainsDeleted:
         return ChainsDeleted(chains=[], blocker_references=references)
     for job in doomed:
         ctx.store.put(ctx.tx, job.id, None)
+    _ordering.forget_chains(ctx, [members[chain_id][0] for chain_id in selected])
     return ChainsDeleted(
         chains=[Chain(members[chain_id][0], members[chain_id][-1]) for chain_id in selected],
         running_job_ids=[
@@ -90,6 +92,9 @@ def chains_prune(ctx: Ctx, params: ChainsPrune) -> ChainsPruned:
     for jobs in members.values():
         for job in jobs:
             ctx.store.put(ctx.tx, job.id, None)
+    # Ordering entries whose last chain is gone (this prune's or an earlier one's): only with
+    # locks_before, as the SQL backends' bookkeeping rows (no time applies to them).
+    locks_deleted = 0 if params.locks_before is None else _ordering.prune_keys(ctx, params.limit)
     return ChainsPruned(
         chains=[
             PrunedChain(
@@ -98,7 +103,8 @@ def chains_prune(ctx: Ctx, params: ChainsPrune) -> ChainsPruned:
                 status=qualifying[chain_id].status.value,
             )
             for chain_id in chosen
-        ]
+        ],
+        locks_deleted=locks_deleted,
     )
 
 

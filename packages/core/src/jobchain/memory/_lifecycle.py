@@ -23,7 +23,7 @@ from jobchain.contracts.state import (
 from jobchain.entities import Job, JobStatus
 from jobchain.memory._history import ended_badly, failed_by_blocker, redriven, resolved, with_error
 from jobchain.memory._store import created_key, unique
-from jobchain.memory._writes import Ctx, owned_job, unblock
+from jobchain.memory._writes import Ctx, owned_job, runs_after_failure, unblock
 
 RETRYABLE = (JobStatus.FAILED, JobStatus.CANCELLED)
 
@@ -52,7 +52,7 @@ def propagate(ctx: Ctx, ended: list[Job], now: datetime) -> tuple[list[Job], lis
         for job in sorted(view.dependents(chain_id), key=created_key):
             if (
                 job.status is JobStatus.BLOCKED
-                and not job.runs_after_failed_blockers
+                and not runs_after_failure(view, job, chain_id)
                 and job.id not in doomed
             ):
                 ctx.lock(job.id)  # before writing any: a dependent changed elsewhere makes us wait
@@ -61,12 +61,18 @@ def propagate(ctx: Ctx, ended: list[Job], now: datetime) -> tuple[list[Job], lis
                     ends[job.chain_id] = job
                     queue.append(job.chain_id)
     failed = [
-        ctx.put(failed_by_blocker(job, ends[next(b for b in view.blockers(job.id) if b in ends)], now))
+        ctx.put(failed_by_blocker(job, ends[_failing_blocker(ctx, job, ends)], now))
         for job in sorted(doomed.values(), key=created_key)
     ]
     unblocked = [job for chain_id in ends for job in unblock(ctx, chain_id, now, only_opted_in=True)]
     unblocked.sort(key=created_key)
     return failed, unblocked
+
+
+def _failing_blocker(ctx: Ctx, job: Job, ends: dict[str, Job]) -> str:
+    """The first declared blocker of a doomed job that ended and does not run after failure."""
+    view = ctx.view
+    return next(b for b in view.blockers(job.id) if b in ends and not runs_after_failure(view, job, b))
 
 
 # ---------------------------------------------------------------- fail
@@ -153,18 +159,24 @@ def _bad_blocker(ctx: Ctx, job: Job, *, besides: str | None = None) -> str | Non
     if job.runs_after_failed_blockers:
         return None
     view = ctx.view
+    any_end = view.any_end(job.id)
     for chain_id in (job.failed_by_chain_id, *view.blockers(job.id)):
-        if chain_id is not None and chain_id != besides and ended_badly(view.last_job(chain_id)):
+        if (
+            chain_id is not None
+            and chain_id != besides
+            and chain_id not in any_end
+            and ended_badly(view.last_job(chain_id))
+        ):
             return chain_id
     return None
 
 
 def _waits(ctx: Ctx, job: Job) -> bool:
     """Whether ``job`` must be blocked: one of its blocker chains does not resolve it yet."""
-    opted_in = job.runs_after_failed_blockers
     view = ctx.view
     return not all(
-        resolved(view.last_job(b), runs_after_failed_blockers=opted_in) for b in view.blockers(job.id)
+        resolved(view.last_job(b), runs_after_failed_blockers=runs_after_failure(view, job, b))
+        for b in view.blockers(job.id)
     )
 
 

@@ -11,12 +11,14 @@ and pinned by the conformance suite (``state_queue_stats``):
 - the duration sample takes the most recent completions of claimed attempts (a completion
   without ``attempt_started_at`` has no duration), ties on ``completed_at`` broken by the
   greater id first;
-- throughput counts every type, whatever ``type_names`` says.
+- throughput counts every type, whatever ``type_names`` says;
+- a paused type is listed even with no jobs (unless ``type_names`` leaves it out).
 """
 
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Collection
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from itertools import islice
@@ -70,7 +72,7 @@ class _Tally:
         ):
             self.completions.append((job.completed_at, job.id, job.completed_at - job.attempt_started_at))
 
-    def stats(self, type_name: str, now: datetime, params: QueueStatsGet) -> TypeStats:
+    def stats(self, type_name: str, now: datetime, params: QueueStatsGet, *, paused: bool) -> TypeStats:
         pending = self.counts[JobStatus.PENDING]
         self.completions.sort(reverse=True)  # most recent first; equal times: greater id first
         sample = islice(self.completions, params.duration_sample)
@@ -89,6 +91,7 @@ class _Tally:
             failed_by_error_type=top_error_types(self.error_types),
             recent=tuple(self._window(window, now) for window in params.windows),
             durations=duration_percentiles(duration for _, _, duration in sample),
+            paused=paused,
         )
 
     def _window(self, window: timedelta, now: datetime) -> WindowCounts:
@@ -156,11 +159,14 @@ def _throughput(jobs: list[Job], params: QueueStatsGet, now: datetime) -> tuple[
     )
 
 
-def queue_stats(view: View, params: QueueStatsGet, now: datetime) -> QueueStats:
-    """Every figure of :class:`QueueStats` at ``now`` over what ``view`` sees."""
+def queue_stats(
+    view: View, params: QueueStatsGet, now: datetime, paused: Collection[str] = frozenset()
+) -> QueueStats:
+    """Every figure of :class:`QueueStats` at ``now`` over what ``view`` sees; ``paused``: the
+    paused type names."""
     wanted = set(params.type_names)
     duration_from = now - params.duration_window
-    tallies: dict[str, _Tally] = {name: _Tally() for name in wanted}
+    tallies: dict[str, _Tally] = {name: _Tally() for name in (wanted or paused)}
     finished: list[Job] = []  # for throughput, which counts every type
     counting_throughput = params.throughput_window is not None
     for job in view.walk(roots=False, descending=False, after=None):
@@ -174,6 +180,8 @@ def queue_stats(view: View, params: QueueStatsGet, now: datetime) -> QueueStats:
         tally.add(job, now, duration_from)
     return QueueStats(
         now=now,
-        types=tuple(tallies[name].stats(name, now, params) for name in sorted(tallies)),
+        types=tuple(
+            tallies[name].stats(name, now, params, paused=name in paused) for name in sorted(tallies)
+        ),
         throughput=_throughput(finished, params, now),
     )

@@ -6,8 +6,9 @@ different open transactions never overlap and each transaction's undo log can be
 on its own. The committed version of every changed row is kept in ``preimages`` until its
 transaction ends; the views in ``_views`` combine live rows and preimages so that each
 transaction sees committed data plus its own changes. Blocker rows live and die with the
-job that declared them, so a stored row is ``(job, blocker chain ids)``.
-The worker registry lives in its own table (``_registry``) under the same rules.
+job that declared them, so a stored row is ``(job, blocker chain ids, the ids among them that
+resolve on any end)``. The worker registry (``_registry``) and the keyed tables of ordering
+keys, type controls and schedules (``_tables``) follow the same rules.
 
 A *hold* is a lock taken without writing (an atomic attempt's ``job_get(lock=True)``). It
 conflicts with every lock and hold as an exclusive lock does, except that cancellation writes
@@ -20,21 +21,27 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Iterable
 from datetime import datetime
-from typing import TypeVar
+from typing import Any, TypeVar
 
-from jobchain.entities import Job, JobStatus, WorkerInfo
+from jobchain.entities import Job, JobStatus, ScheduleRecord, WorkerInfo
 from jobchain.memory._registry import WorkerTable
 from jobchain.memory._sorted import SortedKeys
+from jobchain.memory._tables import AnyTable, KeyedTable, TypeControl
 
-Row = tuple[Job, tuple[str, ...]]
-"""A stored job with the blocker chain ids it declared, in declaration order."""
+NO_FLAGS: frozenset[str] = frozenset()
+Row = tuple[Job, tuple[str, ...], frozenset[str]]
+"""A stored job, its blocker chain ids in declaration order, and those among them that
+resolve on any terminal status (``resolves_on_any_end``: ordering predecessors, waits with
+``runs_after_failed``)."""
 
 PendingKey = tuple[datetime, datetime, str]  # (scheduled_at, created_at, id): acquisition order
+PriorityKey = tuple[int, datetime, datetime, str]  # (-priority, scheduled_at, created_at, id)
 LeaseKey = tuple[datetime, str]  # (leased_until, id): reaping order
 CreatedKey = tuple[datetime, str]  # (created_at, id): listing order
 ChainKey = tuple[int, str]  # (chain_index, id)
-Mark = tuple[int, int, int, int, int]  # (undo, locks) of jobs, then of workers, then holds: a savepoint
-START: Mark = (0, 0, 0, 0, 0)
+Mark = tuple[int, int, int, int, int, int, int]
+"""A savepoint: lengths of the (undo, locks) of jobs, of workers, holds, then (undo, locks) of tables."""
+START: Mark = (0, 0, 0, 0, 0, 0, 0)
 _IndexKey = TypeVar("_IndexKey", str, tuple[str, str])
 
 
@@ -46,6 +53,13 @@ def _pending_key(job: Job | None) -> PendingKey | None:
     if job is None or job.status is not JobStatus.PENDING:
         return None
     return (job.scheduled_at, job.created_at, job.id)
+
+
+def _priority_key(job: Job | None) -> PriorityKey | None:
+    """Pending jobs with a priority other than 0 (the partial priority index of the SQL backends)."""
+    if job is None or job.status is not JobStatus.PENDING or job.priority == 0:
+        return None
+    return (-job.priority, job.scheduled_at, job.created_at, job.id)
 
 
 def _lease_key(job: Job | None) -> LeaseKey | None:
@@ -67,6 +81,8 @@ class TxState:
         "holds",
         "locks",
         "pruning",
+        "table_locks",
+        "table_undo",
         "touched",
         "undo",
         "waiting_for",
@@ -81,6 +97,8 @@ class TxState:
         self.worker_undo: list[tuple[str, WorkerInfo | None]] = []  # (worker id, previous row)
         self.worker_locks: list[str] = []  # locked worker ids, in acquisition order
         self.holds: list[str] = []  # held job ids (locks without a write), in acquisition order
+        self.table_undo: list[tuple[AnyTable, str, Any]] = []  # (table, key, previous value)
+        self.table_locks: list[tuple[AnyTable, str]] = []  # locked table keys, in acquisition order
         self.pruning = False  # holds the store's prune lock until it ends
         self.waiting_for: TxState | None = None  # for deadlock detection
         self.ended = asyncio.Event()
@@ -92,6 +110,8 @@ class TxState:
             len(self.worker_undo),
             len(self.worker_locks),
             len(self.holds),
+            len(self.table_undo),
+            len(self.table_locks),
         )
 
 
@@ -109,13 +129,18 @@ class Store:
     def __init__(self) -> None:
         self.jobs: dict[str, Job] = {}
         self.blockers: dict[str, tuple[str, ...]] = {}  # job id -> blocker chain ids
+        self.any_end: dict[str, frozenset[str]] = {}  # job id -> its blockers resolved by any end
         self.chains: dict[str, SortedKeys[ChainKey]] = {}
         self.dependents: dict[str, set[str]] = {}  # blocker chain id -> ids of jobs it blocks
         self.dedup: dict[tuple[str, str], set[str]] = {}  # (key, chain type) -> root ids
         self.pending: dict[str, SortedKeys[PendingKey]] = {}  # by type name
+        self.prioritized: dict[str, SortedKeys[PriorityKey]] = {}  # by type name; priority != 0 only
         self.running: dict[str, SortedKeys[LeaseKey]] = {}  # by type name
         self.leased: dict[str, set[str]] = {}  # worker id -> ids of the running jobs it leases
         self.workers = WorkerTable()
+        self.ordering: KeyedTable[str] = KeyedTable()  # ordering key -> the chain created last with it
+        self.controls: KeyedTable[TypeControl] = KeyedTable()  # type name -> pause and rate window
+        self.schedules: KeyedTable[ScheduleRecord] = KeyedTable()  # schedule name -> record
         self.created: SortedKeys[CreatedKey] = SortedKeys()
         self.roots: SortedKeys[CreatedKey] = SortedKeys()
         self.locks: dict[str, TxState] = {}
@@ -138,7 +163,9 @@ class Store:
 
     def row(self, job_id: str) -> Row | None:
         job = self.jobs.get(job_id)
-        return None if job is None else (job, self.blockers.get(job_id, ()))
+        return (
+            None if job is None else (job, self.blockers.get(job_id, ()), self.any_end.get(job_id, NO_FLAGS))
+        )
 
     # ------------------------------------------------------------ locks and writes
 
@@ -188,31 +215,68 @@ class Store:
         job: Job | None,
         blockers: tuple[str, ...] = (),
         *,
+        any_end: frozenset[str] = NO_FLAGS,
         through_holds: bool = False,
     ) -> None:
         """Write a row for ``tx`` (``None`` deletes it), locking it first.
 
-        ``blockers`` is used when the row is created; an update keeps the existing blockers.
+        ``blockers`` and ``any_end`` are used when the row is created; an update keeps the
+        existing ones (:meth:`put_blockers` changes them).
         """
         self.lock(tx, job_id, through_holds=through_holds)
         old_row = self.row(job_id)
+        if job is None:
+            self._write(tx, job_id, old_row, None)
+        elif old_row is None:
+            self._write(tx, job_id, old_row, (job, blockers, any_end))
+        else:
+            self._write(tx, job_id, old_row, (job, old_row[1], old_row[2]))
+
+    def put_blockers(
+        self, tx: TxState, job_id: str, blockers: tuple[str, ...], any_end: frozenset[str]
+    ) -> None:
+        """Replace an existing job's blocker rows for ``tx`` (a wait appends to them)."""
+        self.lock(tx, job_id)
+        old_row = self.row(job_id)
+        assert old_row is not None, "only a stored job's blockers change"
+        self._write(tx, job_id, old_row, (old_row[0], blockers, any_end))
+
+    def lock_table(self, tx: TxState, table: AnyTable, key: str) -> None:
+        """Lock a keyed table's row for ``tx`` or raise :class:`Blocked` naming its holder."""
+        holder = table.try_lock(tx, key)
+        if holder is not None:
+            raise Blocked(holder)
+
+    def _write(self, tx: TxState, job_id: str, old_row: Row | None, new_row: Row | None) -> None:
         tx.undo.append((job_id, old_row))
         if job_id not in self.preimages:
             self._record_preimage(job_id, old_row)
             tx.touched.add(job_id)
-        self._apply(job_id, old_row, job, blockers)
+        self._apply(job_id, old_row, new_row)
 
     def rollback_to(self, tx: TxState, mark: Mark) -> None:
         """Undo ``tx``'s writes after ``mark``, newest first, and release the locks taken since."""
-        undo_length, lock_count, worker_undo_length, worker_lock_count, hold_count = mark
+        (
+            undo_length,
+            lock_count,
+            worker_undo_length,
+            worker_lock_count,
+            hold_count,
+            table_undo,
+            table_locks,
+        ) = mark
         self.workers.rollback_to(tx, worker_undo_length, worker_lock_count)
+        while len(tx.table_undo) > table_undo:
+            table, key, value = tx.table_undo.pop()
+            table.restore(key, value)
+        while len(tx.table_locks) > table_locks:
+            table, key = tx.table_locks.pop()
+            table.unlock(key)
         while len(tx.holds) > hold_count:
             del self.holds[tx.holds.pop()]
         while len(tx.undo) > undo_length:
             job_id, row = tx.undo.pop()
-            self._apply(
-                job_id, self.row(job_id), None if row is None else row[0], () if row is None else row[1]
-            )
+            self._apply(job_id, self.row(job_id), row)
         while len(tx.locks) > lock_count:
             # Rows first locked after the mark were first changed after it: they are back
             # to their committed state, so their preimages go too.
@@ -227,6 +291,10 @@ class Store:
         if not commit:
             self.rollback_to(tx, START)
         self.workers.release(tx)
+        for table, key in tx.table_locks:
+            table.unlock(key)
+        tx.table_locks.clear()
+        tx.table_undo.clear()
         for job_id in tx.locks:
             del self.locks[job_id]
         for job_id in tx.holds:
@@ -245,7 +313,7 @@ class Store:
     def _record_preimage(self, job_id: str, row: Row | None) -> None:
         self.preimages[job_id] = row
         if row is not None:
-            job, blockers = row
+            job, blockers, _ = row
             self.preimages_by_chain.setdefault(job.chain_id, set()).add(job_id)
             for chain_id in blockers:
                 self.preimages_by_blocker.setdefault(chain_id, set()).add(job_id)
@@ -256,7 +324,7 @@ class Store:
     def _drop_preimage(self, job_id: str) -> None:
         row = self.preimages.pop(job_id)
         if row is not None:
-            job, blockers = row
+            job, blockers, _ = row
             _discard_from(self.preimages_by_chain, job.chain_id, job_id)
             for chain_id in blockers:
                 _discard_from(self.preimages_by_blocker, chain_id, job_id)
@@ -265,23 +333,39 @@ class Store:
 
     # ------------------------------------------------------------ index maintenance
 
-    def _apply(self, job_id: str, old_row: Row | None, new: Job | None, blockers: tuple[str, ...]) -> None:
+    def _apply(self, job_id: str, old_row: Row | None, new_row: Row | None) -> None:
         old = None if old_row is None else old_row[0]
-        if old_row is not None and new is None:
-            self._unindex_row(*old_row)
+        new = None if new_row is None else new_row[0]
+        if old_row is not None and new_row is None:
+            self._unindex_blockers(job_id, old_row[1])
+            self._unindex_row(old_row[0])
             del self.jobs[job_id]
-        elif old_row is None and new is not None:
-            self.jobs[job_id] = new
-            self._index_row(new, blockers)
-        elif new is not None:
-            self.jobs[job_id] = new
+        elif old_row is None and new_row is not None:
+            self.jobs[job_id] = new_row[0]
+            self._index_blockers(job_id, new_row[1], new_row[2])
+            self._index_row(new_row[0])
+        elif old_row is not None and new_row is not None:
+            self.jobs[job_id] = new_row[0]
+            if old_row[1:] != new_row[1:]:
+                self._unindex_blockers(job_id, old_row[1])
+                self._index_blockers(job_id, new_row[1], new_row[2])
         self._reindex_state(old, new)
 
-    def _index_row(self, job: Job, blockers: tuple[str, ...]) -> None:
+    def _index_blockers(self, job_id: str, blockers: tuple[str, ...], any_end: frozenset[str]) -> None:
         if blockers:
-            self.blockers[job.id] = blockers
+            self.blockers[job_id] = blockers
             for chain_id in blockers:
-                self.dependents.setdefault(chain_id, set()).add(job.id)
+                self.dependents.setdefault(chain_id, set()).add(job_id)
+        if any_end:
+            self.any_end[job_id] = any_end
+
+    def _unindex_blockers(self, job_id: str, blockers: tuple[str, ...]) -> None:
+        self.blockers.pop(job_id, None)
+        self.any_end.pop(job_id, None)
+        for chain_id in blockers:
+            _discard_from(self.dependents, chain_id, job_id)
+
+    def _index_row(self, job: Job) -> None:
         self.chains.setdefault(job.chain_id, SortedKeys()).add((job.chain_index, job.id))
         self.created.add(created_key(job))
         if job.is_root:
@@ -289,10 +373,7 @@ class Store:
             if job.deduplication_key is not None:
                 self.dedup.setdefault((job.deduplication_key, job.chain_type_name), set()).add(job.id)
 
-    def _unindex_row(self, job: Job, blockers: tuple[str, ...]) -> None:
-        self.blockers.pop(job.id, None)
-        for chain_id in blockers:
-            _discard_from(self.dependents, chain_id, job.id)
+    def _unindex_row(self, job: Job) -> None:
         members = self.chains[job.chain_id]
         members.discard((job.chain_index, job.id))
         if not members:
@@ -310,6 +391,12 @@ class Store:
                 self.pending[old.type_name].discard(old_key)
             if new is not None and new_key is not None:
                 self.pending.setdefault(new.type_name, SortedKeys()).add(new_key)
+        old_priority, new_priority = _priority_key(old), _priority_key(new)
+        if old_priority != new_priority:
+            if old is not None and old_priority is not None:
+                self.prioritized[old.type_name].discard(old_priority)
+            if new is not None and new_priority is not None:
+                self.prioritized.setdefault(new.type_name, SortedKeys()).add(new_priority)
         old_lease, new_lease = _lease_key(old), _lease_key(new)
         if old_lease != new_lease:
             if old is not None and old_lease is not None:

@@ -28,8 +28,19 @@ class View:
         """The chain's jobs by ascending ``chain_index`` ([] when the chain does not exist)."""
         raise NotImplementedError
 
+    def any_end(self, job_id: str) -> frozenset[str]:
+        """The job's blocker chains that any terminal status resolves (``resolves_on_any_end``).
+
+        A view that keeps no such flags (a test double) has none.
+        """
+        return frozenset()
+
     def dependents(self, chain_id: str) -> list[Job]:
         """Jobs that declared ``chain_id`` as a blocker (unordered)."""
+        raise NotImplementedError
+
+    def running_count(self, type_name: str) -> int:
+        """Running jobs of the type, expired leases included (what ``max_running`` counts)."""
         raise NotImplementedError
 
     def dedup_roots(self, key: str, chain_type_name: str) -> list[Job]:
@@ -74,6 +85,12 @@ class LiveView(View):
 
     def blockers(self, job_id: str) -> tuple[str, ...]:
         return self._store.blockers.get(job_id, ())
+
+    def any_end(self, job_id: str) -> frozenset[str]:
+        return self._store.any_end.get(job_id, frozenset())
+
+    def running_count(self, type_name: str) -> int:
+        return len(self._store.running.get(type_name, ()))
 
     def chain_jobs(self, chain_id: str) -> list[Job]:
         jobs = self._store.jobs
@@ -157,6 +174,19 @@ class CommittedView(View):
             return () if row is None else row[1]
         return self._store.blockers.get(job_id, ())
 
+    def any_end(self, job_id: str) -> frozenset[str]:
+        if self._hidden(job_id):
+            row = self._store.preimages[job_id]
+            return frozenset() if row is None else row[2]
+        return self._store.any_end.get(job_id, frozenset())
+
+    def running_count(self, type_name: str) -> int:
+        live = sum(1 for _, job_id in self._store.running.get(type_name, ()) if not self._hidden(job_id))
+        moved = sum(  # hidden rows read as their preimages
+            1 for job, *_ in self._rows() if job.status is JobStatus.RUNNING and job.type_name == type_name
+        )
+        return live + moved
+
     def _visible(self, live_ids: Iterable[str], moved_ids: Iterable[str]) -> Iterator[Job]:
         """The visible versions of candidate rows: live index hits plus preimage index hits."""
         for job_id in {*live_ids, *moved_ids}:
@@ -204,7 +234,7 @@ class CommittedView(View):
         extra = sorted(
             (
                 job
-                for job, _ in self._rows()
+                for job, *_ in self._rows()
                 if (job.is_root or not roots) and beyond(created_key(job), after, descending)
             ),
             key=created_key,
@@ -222,7 +252,7 @@ class CommittedView(View):
                     break
         candidates.extend(
             job.scheduled_at
-            for job, _ in self._rows()
+            for job, *_ in self._rows()
             if job.status is JobStatus.PENDING and job.type_name in names
         )
         return min(candidates, default=None)
@@ -232,7 +262,7 @@ class CommittedView(View):
         live = _earliest_lease(self._store, names, not_leased_by, self._hidden)
         moved = (  # hidden rows read as their preimages
             job.leased_until
-            for job, _ in self._rows()
+            for job, *_ in self._rows()
             if job.status is JobStatus.RUNNING
             and job.type_name in names
             and job.leased_by != not_leased_by

@@ -5,14 +5,14 @@ It reads through the transaction's view and locks every row it changes. When it 
 row another open transaction holds, it raises :class:`Blocked`; the caller then undoes the
 attempt, waits for that transaction to end and runs the attempt again, so the attempt that
 finally succeeds ran with every lock it needed (PostgreSQL's ``FOR UPDATE`` wait).
-Acquisition skips locked (and held) rows instead (``SKIP LOCKED``); reaping and the worker
-registry live in ``_workers``, fail/cancel/retry and propagation in ``_lifecycle``, deletion
-and retention in ``_deletion``.
+Acquisition (``_claims``) skips locked (and held) rows instead (``SKIP LOCKED``); reaping and
+the worker registry live in ``_workers``, fail/cancel/retry and propagation in ``_lifecycle``,
+deletion and retention in ``_deletion``, ordering keys in ``_ordering``, waits in ``_waits``,
+pause and schedules in ``_scheduling``.
 """
 
 from __future__ import annotations
 
-import heapq
 from dataclasses import dataclass, replace
 from datetime import datetime
 
@@ -22,8 +22,6 @@ from jobchain.contracts.state import (
     JobCreated,
     JobRenewLease,
     JobReschedule,
-    JobsAcquire,
-    JobsAcquired,
     JobsCreate,
     JobsTrigger,
     JobsTriggered,
@@ -40,8 +38,9 @@ from jobchain.errors import (
     JobNotFoundError,
     JobTakenByAnotherWorkerError,
 )
+from jobchain.memory import _ordering
 from jobchain.memory._history import ended_badly, failed_by_blocker, resolved, with_error
-from jobchain.memory._store import Blocked, Store, TxState, created_key, unique
+from jobchain.memory._store import NO_FLAGS, Blocked, Store, TxState, created_key, unique
 from jobchain.memory._views import View
 
 
@@ -56,8 +55,15 @@ class Ctx:
     def lock(self, job_id: str) -> None:
         self.store.lock(self.tx, job_id)
 
-    def put(self, job: Job, blockers: tuple[str, ...] = (), *, through_holds: bool = False) -> Job:
-        self.store.put(self.tx, job.id, job, blockers, through_holds=through_holds)
+    def put(
+        self,
+        job: Job,
+        blockers: tuple[str, ...] = (),
+        *,
+        any_end: frozenset[str] = NO_FLAGS,
+        through_holds: bool = False,
+    ) -> Job:
+        self.store.put(self.tx, job.id, job, blockers, any_end=any_end, through_holds=through_holds)
         return job
 
     def locked_elsewhere(self, job_id: str) -> bool:
@@ -115,7 +121,7 @@ def _create_root(
 ) -> JobCreated:
     dedup = new.deduplication
     if dedup is None:
-        return _insert(ctx, new, new.id, 0, now)
+        return _insert_root(ctx, new, now)
     key = (dedup.key, new.chain_type_name)
     match = first_of_key.get(key)
     if match is None:
@@ -125,9 +131,17 @@ def _create_root(
     if match is not None:
         first_of_key[key] = match
         return JobCreated(job=match, deduplicated=True)
-    created = _insert(ctx, new, new.id, 0, now)
+    created = _insert_root(ctx, new, now)
     first_of_key[key] = created.job
     return created
+
+
+def _insert_root(ctx: Ctx, new: NewJob, now: datetime) -> JobCreated:
+    """A new chain; one with an ordering key takes the key (a deduplicated start never gets here)."""
+    if new.ordering_key is None:
+        return _insert(ctx, new, new.id, 0, now)
+    previous = _ordering.take_key(ctx, new.ordering_key, new.id)
+    return _insert(ctx, new, new.id, 0, now, ordered_after=previous)
 
 
 def _deduplication_match(view: View, dedup: Deduplication, chain_type_name: str, now: datetime) -> Job | None:
@@ -162,12 +176,19 @@ def _create_continuation(ctx: Ctx, new: NewJob, chain_id: str, now: datetime) ->
     return _insert(ctx, new, chain_id, new.chain_index, now)
 
 
-def _insert(ctx: Ctx, new: NewJob, chain_id: str, chain_index: int, now: datetime) -> JobCreated:
+def _insert(
+    ctx: Ctx, new: NewJob, chain_id: str, chain_index: int, now: datetime, *, ordered_after: str | None = None
+) -> JobCreated:
+    """Insert one job; ``ordered_after`` (a new root's ordering predecessor, whatever its status)
+    is appended to its blockers, resolved by any end (a declared blocker keeps its meaning)."""
     if ctx.locked_elsewhere(new.id):  # being inserted or deleted elsewhere: wait for the outcome
         raise Blocked(ctx.store.locks[new.id])
     if ctx.view.job(new.id) is not None:
         raise DuplicateJobIdError(new.id)
     blockers = tuple(unique(new.blocker_chain_ids))
+    any_end = NO_FLAGS
+    if ordered_after is not None and ordered_after not in blockers:
+        blockers, any_end = (*blockers, ordered_after), frozenset((ordered_after,))
     incomplete: list[str] = []
     failed_by: Job | None = None  # the first blocker chain that ended badly, for a default job
     for blocker_id in blockers:
@@ -178,7 +199,11 @@ def _insert(ctx: Ctx, new: NewJob, chain_id: str, chain_index: int, now: datetim
         ctx.lock(last.id)
         if not last.status.terminal:
             incomplete.append(blocker_id)
-        elif failed_by is None and not new.runs_after_failed_blockers and ended_badly(last):
+        elif (
+            failed_by is None
+            and not (new.runs_after_failed_blockers or blocker_id in any_end)
+            and ended_badly(last)
+        ):
             failed_by = last
     job = Job(
         id=new.id,
@@ -194,11 +219,13 @@ def _insert(ctx: Ctx, new: NewJob, chain_id: str, chain_index: int, now: datetim
         trace_context=new.trace_context,
         chain_trace_context=new.chain_trace_context,
         runs_after_failed_blockers=new.runs_after_failed_blockers,
+        priority=new.priority,
+        ordering_key=new.ordering_key if chain_index == 0 else None,  # continuations never carry it
     )
     if failed_by is not None:  # its blocker already failed: it fails as it would have then
         job = failed_by_blocker(job, failed_by, now)
-    ctx.put(job, blockers)
-    return JobCreated(job=job, incomplete_blocker_chain_ids=tuple(incomplete))
+    ctx.put(job, blockers, any_end=any_end)
+    return JobCreated(job=job, incomplete_blocker_chain_ids=tuple(incomplete), ordered_after=ordered_after)
 
 
 # ---------------------------------------------------------------- locked reads
@@ -221,37 +248,6 @@ def chain_get_locked(ctx: Ctx, chain_id: str) -> Chain | None:
 
 
 # ---------------------------------------------------------------- worker transitions
-
-
-def jobs_acquire(ctx: Ctx, params: JobsAcquire, now: datetime) -> JobsAcquired:
-    store = ctx.store
-    queues = [store.pending[name] for name in unique(params.type_names) if name in store.pending]
-    chosen: list[str] = []
-    has_more = False
-    for scheduled_at, _, job_id in heapq.merge(*queues):
-        if scheduled_at > now:
-            break
-        if ctx.skipped(job_id):  # SKIP LOCKED
-            continue
-        if len(chosen) == params.limit:
-            has_more = True
-            break
-        chosen.append(job_id)
-    claimed: list[Job] = []
-    for job_id in chosen:  # mutate only after the walk: the queues are being iterated above
-        job = store.jobs[job_id]
-        running = replace(
-            job,
-            status=JobStatus.RUNNING,
-            attempt=job.attempt + 1,
-            lease_generation=job.lease_generation + 1,
-            leased_by=params.worker_id,
-            leased_until=now + params.lease_of(job.type_name),
-            first_attempt_at=job.first_attempt_at if job.first_attempt_at is not None else now,
-            attempt_started_at=now,
-        )
-        claimed.append(ctx.put(running))
-    return JobsAcquired(jobs=claimed, has_more=has_more)
 
 
 def _open_job(ctx: Ctx, job_id: str, worker_id: str | None) -> Job:
@@ -323,16 +319,23 @@ def job_complete(ctx: Ctx, params: JobComplete, now: datetime) -> JobCompleted:
     )
 
 
+def runs_after_failure(view: View, job: Job, chain_id: str) -> bool:
+    """Whether a failed or cancelled ``chain_id`` counts as resolved for ``job``: the job was
+    created with ``runs_after_failed_blockers`` or that blocker resolves on any end."""
+    return job.runs_after_failed_blockers or chain_id in view.any_end(job.id)
+
+
 def unblock(ctx: Ctx, chain_id: str, now: datetime, *, only_opted_in: bool = False) -> list[Job]:
     """Move the blocked dependents of a finished chain whose blockers are all resolved to pending.
 
-    A completed chain resolves every dependent; a failed or cancelled one only those created
-    with ``runs_after_failed_blockers`` (``only_opted_in``: the others are failed instead).
+    A completed chain resolves every dependent; a failed or cancelled one only those for which
+    it runs after failure (``only_opted_in``: the others are failed instead).
     """
+    view = ctx.view
     candidates = [
         job
-        for job in ctx.view.dependents(chain_id)
-        if job.status is JobStatus.BLOCKED and (job.runs_after_failed_blockers or not only_opted_in)
+        for job in view.dependents(chain_id)
+        if job.status is JobStatus.BLOCKED and (not only_opted_in or runs_after_failure(view, job, chain_id))
     ]
     for job in candidates:
         # Locked before deciding: two transactions completing this job's last two blockers
@@ -340,9 +343,11 @@ def unblock(ctx: Ctx, chain_id: str, now: datetime, *, only_opted_in: bool = Fal
         ctx.lock(job.id)
     unblocked: list[Job] = []
     for job in candidates:
-        opted_in = job.runs_after_failed_blockers
-        blockers = ctx.view.blockers(job.id)
-        if all(resolved(ctx.view.last_job(b), runs_after_failed_blockers=opted_in) for b in blockers):
+        blockers = view.blockers(job.id)
+        if all(
+            resolved(view.last_job(b), runs_after_failed_blockers=runs_after_failure(view, job, b))
+            for b in blockers
+        ):
             pending = replace(job, status=JobStatus.PENDING, scheduled_at=max(job.scheduled_at, now))
             unblocked.append(ctx.put(pending))
     unblocked.sort(key=created_key)

@@ -17,6 +17,14 @@ from types import TracebackType
 from typing import TypeVar
 
 from jobchain.contracts.capabilities import Capability
+from jobchain.contracts.scheduling import (
+    JobWait,
+    JobWaited,
+    PausedTypesList,
+    SchedulesList,
+    SchedulesRegister,
+    TypesPause,
+)
 from jobchain.contracts.state import (
     BlockedJobsList,
     ChainGet,
@@ -53,9 +61,19 @@ from jobchain.contracts.state import (
     WorkerHeartbeatResult,
     WorkersList,
 )
-from jobchain.entities import Chain, Job, Page, WorkerInfo, utcnow
+from jobchain.entities import Chain, Job, Page, PausedType, ScheduleRecord, WorkerInfo, utcnow
 from jobchain.errors import AdapterClosedError, InvalidArgumentError, TransientStateError
-from jobchain.memory import _deletion, _lifecycle, _reads, _stats, _workers, _writes
+from jobchain.memory import (
+    _claims,
+    _deletion,
+    _lifecycle,
+    _reads,
+    _scheduling,
+    _stats,
+    _waits,
+    _workers,
+    _writes,
+)
 from jobchain.memory._store import START, Blocked, Mark, Store, TxState
 from jobchain.memory._views import View, view_for
 from jobchain.stats import QueueStats
@@ -281,16 +299,19 @@ class MemoryStateTx:
 
     async def job_next_available(self, params: JobNextAvailable) -> timedelta | None:
         view = self._view()
-        return _reads.job_next_available(view, params.type_names, self._adapter._now(params.now))
+        paused = _scheduling.paused_types(self._store, self._state)
+        type_names = [name for name in params.type_names if name not in paused]
+        return _reads.job_next_available(view, type_names, self._adapter._now(params.now))
 
     async def queue_stats(self, params: QueueStatsGet) -> QueueStats:
         view = self._view()
-        return _stats.queue_stats(view, params, self._adapter._now(params.now))
+        paused = _scheduling.paused_types(self._store, self._state)
+        return _stats.queue_stats(view, params, self._adapter._now(params.now), paused)
 
     # ------------------------------------------------------------ worker transitions
 
     async def jobs_acquire(self, params: JobsAcquire) -> JobsAcquired:
-        return await self._write(lambda ctx, now: _writes.jobs_acquire(ctx, params, now), params.now)
+        return await self._write(lambda ctx, now: _claims.jobs_acquire(ctx, params, now), params.now)
 
     async def job_renew_lease(self, params: JobRenewLease) -> Job:
         return await self._write(lambda ctx, now: _writes.job_renew_lease(ctx, params, now), params.now)
@@ -334,6 +355,27 @@ class MemoryStateTx:
     async def chains_prune(self, params: ChainsPrune) -> ChainsPruned:
         """Retention; one transaction at a time prunes (a second call returns ``busy=True``)."""
         return await self._write(lambda ctx, _: _deletion.chains_prune(ctx, params), None)
+
+    # ------------------------------------------------------------ scheduling controls
+
+    async def job_wait(self, params: JobWait) -> JobWaited:
+        return await self._write(lambda ctx, now: _waits.job_wait(ctx, params, now), params.now)
+
+    async def types_pause(self, params: TypesPause) -> list[PausedType]:
+        return await self._write(lambda ctx, now: _scheduling.types_pause(ctx, params, now), params.now)
+
+    async def paused_types_list(self, params: PausedTypesList) -> list[PausedType]:
+        self._check(write=False)
+        return _scheduling.paused_types_list(self._store, self._state)
+
+    async def schedules_register(self, params: SchedulesRegister) -> list[ScheduleRecord]:
+        return await self._write(
+            lambda ctx, now: _scheduling.schedules_register(ctx, params, now), params.now
+        )
+
+    async def schedules_list(self, params: SchedulesList) -> list[ScheduleRecord]:
+        self._check(write=False)
+        return _scheduling.schedules_list(self._store, self._state)
 
     # ------------------------------------------------------------ listings
 
