@@ -82,12 +82,15 @@ async def claim(client: Client, *type_names: str, limit: int = 10) -> list[str]:
 
 class TestStartPriority:
     async def test_the_type_default_unless_overridden(self, client: Client) -> None:
-        assert (await start(client, urgent)).chain.root.priority == 50
-        assert (await start(client, plain)).chain.root.priority == 0
-        assert (await start(client, urgent, priority=-3)).chain.root.priority == -3
-        assert (await start(client, plain, priority=PRIORITY_MAX)).chain.root.priority == PRIORITY_MAX
-        stored = (await client.list_jobs(order="asc")).items
-        assert [job.priority for job in stored] == [50, 0, -3, PRIORITY_MAX]
+        started = [
+            await start(client, urgent),
+            await start(client, plain),
+            await start(client, urgent, priority=-3),
+            await start(client, plain, priority=PRIORITY_MAX),
+        ]
+        assert [s.chain.root.priority for s in started] == [50, 0, -3, PRIORITY_MAX]
+        stored = {job.id: job.priority for job in (await client.list_jobs()).items}
+        assert [stored[s.id] for s in started] == [50, 0, -3, PRIORITY_MAX]
 
     async def test_start_chains_items_carry_their_own(self, client: Client) -> None:
         async with client.transaction() as tx:
