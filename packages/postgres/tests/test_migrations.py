@@ -274,6 +274,7 @@ async def test_acquisition_uses_the_pending_partial_index(seeded: PostgresStateA
         "worker_id": "w",
         "leases": [timedelta(seconds=30), timedelta(seconds=30)],
         "now": NOW,
+        "aging": timedelta(minutes=1),
     }
     assert "jobchain_job_acquisition_idx" in await plan(seeded, q.jobs_acquire, params)
     assert "jobchain_job_acquisition_idx" in await plan(seeded, q.jobs_acquire_atomic, params)

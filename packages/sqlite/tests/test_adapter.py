@@ -206,7 +206,9 @@ class TestPlans:
         items = '[{"i":0,"id":"a","chain_id":null,"chain_index":0,"chain_type_name":"t","dedup_key":"k",'
         items += '"dedup_from":null,"dedup_incomplete":1,"exclude":[]}]'
         plan = self.plan(
-            db_path, queries("jobchain_").jobs_create_lookup, {"items": items, "blocker_chain_ids": "[]"}
+            db_path,
+            queries("jobchain_").jobs_create_lookup,
+            {"items": items, "blocker_chain_ids": "[]", "ordering_keys": "[]"},
         )
         assert "jobchain_job_deduplication_idx" in plan
 

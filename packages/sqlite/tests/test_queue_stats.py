@@ -181,7 +181,9 @@ class TestPlans:
         self, adapter: SqliteStateAdapter, db_path: Path
     ) -> None:
         plan = self.plan(db_path, queries("jobchain_").queue_stats)
-        assert self.table_scans(plan, {"s", "seen", "t", "e", "d"}) == []
+        # tc: type_control, one row per paused or rate-limited type (the paused types listed)
+        assert self.table_scans(plan, {"s", "seen", "t", "e", "d", "tc"}) == []
+        assert "SEARCH tc USING PRIMARY KEY (type_name=?)" in plan
         for expected in (
             "SEARCH jobchain_job USING COVERING INDEX jobchain_job_listing_type_name_idx",  # MIN: first type
             "SEARCH n USING COVERING INDEX jobchain_job_listing_type_name_idx (type_name>?)",  # the next one

@@ -29,8 +29,6 @@ from jobchain.contracts.state import (
     JobNextAvailable,
     JobRenewLease,
     JobReschedule,
-    JobsAcquire,
-    JobsAcquired,
     JobsCreate,
     JobsReapExpired,
     JobsTrigger,
@@ -46,6 +44,8 @@ from jobchain.errors import (
     JobNotFoundError,
     TransientStateError,
 )
+from jobchain_postgres._claims import ATOMIC_CLAIM_ATTEMPTS, ClaimsMixin
+from jobchain_postgres._controls import ControlsMixin
 from jobchain_postgres._identifiers import savepoint_statements
 from jobchain_postgres._lifecycle import LifecycleMixin
 from jobchain_postgres._listings import ListingsMixin
@@ -70,9 +70,6 @@ from jobchain_postgres.rows import (
 )
 
 __all__ = ["ATOMIC_CLAIM_ATTEMPTS", "PostgresStateTx"]
-
-ATOMIC_CLAIM_ATTEMPTS = 8
-"""Statements one atomic-update claim may send when concurrent claimers keep winning its candidates."""
 
 _STALE_RUNS = 16
 """Statements one jobs_create may send while its blocker chains keep completing steps under it."""
@@ -118,7 +115,7 @@ def _unique(values: Sequence[str]) -> list[str]:
     return list(dict.fromkeys(values))
 
 
-class PostgresStateTx(LifecycleMixin, ListingsMixin, StatsMixin, WorkersMixin):
+class PostgresStateTx(ClaimsMixin, ControlsMixin, LifecycleMixin, ListingsMixin, StatsMixin, WorkersMixin):
     """One open transaction (or savepoint) of a PostgreSQL state adapter.
 
     ``connection`` is the psycopg connection it runs on: your own SQL executed there commits or
@@ -438,35 +435,6 @@ class PostgresStateTx(LifecycleMixin, ListingsMixin, StatsMixin, WorkersMixin):
         return value if isinstance(value, timedelta) else None
 
     # ------------------------------------------------------------ worker transitions
-
-    async def jobs_acquire(self, params: JobsAcquire) -> JobsAcquired:
-        type_names = _unique(params.type_names)
-        self._check(write=True)
-        if not type_names:
-            return JobsAcquired(jobs=[], has_more=False)
-        query = self._q.jobs_acquire_atomic if self._atomic_claim else self._q.jobs_acquire
-        query_params: dict[str, Any] = {
-            "type_names": type_names,
-            "limit": params.limit,
-            "worker_id": params.worker_id,
-            # Aligned with type_names: each claimed job gets its own type's lease.
-            "leases": [params.lease_of(type_name) for type_name in type_names],
-            "now": check_now(params.now),
-        }
-        jobs: list[Job] = []
-        has_more = False
-        for _attempt in range(ATOMIC_CLAIM_ATTEMPTS):
-            shape, rows = await self._rows(query, query_params, write=True)
-            jobs.extend(job for row in rows if (job := shape.job(row)) is not None)
-            has_more = bool(rows) and bool(shape.scalar(rows[0], "_has_more"))
-            lost = int(shape.scalar(rows[0], "_lost")) if rows and "_lost" in shape.scalars else 0
-            # Atomic-update claims lose candidates to concurrent claimers instead of skipping
-            # them; claim the rest again with a fresh snapshot (never needed with SKIP LOCKED).
-            if lost == 0 or len(jobs) >= params.limit:
-                break
-            query_params["limit"] = params.limit - len(jobs)
-        jobs.sort(key=lambda j: (j.scheduled_at, j.created_at, j.id))
-        return JobsAcquired(jobs=jobs, has_more=has_more)
 
     async def job_renew_lease(self, params: JobRenewLease) -> Job:
         job_id = self._existing_id(params.job_id)

@@ -44,11 +44,13 @@ class _Lookup:
     dedup: dict[int, Job] = field(default_factory=dict)
     blocker_status: dict[str, JobStatus] = field(default_factory=dict)
     blocker_type: dict[str, str] = field(default_factory=dict)
+    ordering: dict[str, str] = field(default_factory=dict)
+    """Ordering key -> the chain that took it last (its status is in blocker_status)."""
 
 
 def _validate(jobs: list[NewJob]) -> bool:
     """Check ids and chain indexes; True when every job is a plain root (new chain, no
-    deduplication, no blockers, not runs_after_failed_blockers)."""
+    deduplication, no blockers, not runs_after_failed_blockers, no ordering key)."""
     canonical = CANONICAL_ID.fullmatch  # what validate_id accepts at once, without a call
     plain = True
     for job in jobs:
@@ -71,6 +73,12 @@ def _validate(jobs: list[NewJob]) -> bool:
                 validate_id(chain_id)
         if job.deduplication is not None or job.runs_after_failed_blockers:
             plain = False
+        if job.ordering_key is not None:
+            plain = False
+            if job.chain_id is not None:
+                raise InvalidArgumentError(
+                    f"continuation {job.id} carries no ordering key (only a chain's first job has one)"
+                )
     return plain
 
 
@@ -96,9 +104,14 @@ def _lookup_items(jobs: list[NewJob], now: datetime) -> str:
 
 async def _lookup(ctx: TxContext, jobs: list[NewJob], now: datetime) -> _Lookup:
     blocker_ids = list(dict.fromkeys(c for job in jobs for c in job.blocker_chain_ids))
+    keys = list(dict.fromkeys(job.ordering_key for job in jobs if job.ordering_key is not None))
     rows = await ctx.fetch(
         ctx.q.jobs_create_lookup,
-        {"items": _lookup_items(jobs, now), "blocker_chain_ids": json_list(blocker_ids)},
+        {
+            "items": _lookup_items(jobs, now),
+            "blocker_chain_ids": json_list(blocker_ids),
+            "ordering_keys": json_list(keys),
+        },
     )
     found = _Lookup()
     for row in rows:
@@ -111,6 +124,10 @@ async def _lookup(ctx: TxContext, jobs: list[NewJob], now: datetime) -> _Lookup:
             found.roots.add(row["id"])
         elif kind == "dedup":
             found.dedup[row["i"]] = job_from_row(row)
+        elif kind == "ordering":
+            found.ordering[row["i"]] = row["chain_id"]
+            found.blocker_status[row["chain_id"]] = JobStatus(row["status"])
+            found.blocker_type[row["chain_id"]] = row["chain_type_name"]
         else:
             found.blocker_status[row["chain_id"]] = JobStatus(row["status"])
             found.blocker_type[row["chain_id"]] = row["chain_type_name"]
@@ -159,6 +176,8 @@ async def _create_plain_roots(ctx: TxContext, jobs: list[NewJob], now: datetime)
                 None if chain_trace is None else dump_json(chain_trace, "chain_trace_context"),
             ]
         )
+        if job.priority:
+            items[-1].append(job.priority)
     params = {"jobs": _dump_items(items), "now": now_text}
     try:
         if len(jobs) < _OVERLAP_FROM:
@@ -212,6 +231,7 @@ def _plain_roots_created(jobs: list[NewJob], items: list[list[Any]], now_text: s
                     chain_trace_context=chain_trace
                     if chain_trace is None
                     else _stored(chain_trace, item[10]),
+                    priority=job.priority,
                 )
             )
         )
@@ -253,7 +273,9 @@ async def _create(ctx: TxContext, jobs: list[NewJob], now: datetime) -> list[Job
             raise DuplicateJobIdError(job.id)
         inserted[job.id] = i
 
-    decisions = decide_blockers(jobs, inserted, found.blocker_status, found.blocker_type)
+    ordered_after, key_rows = _ordering(jobs, inserted, found.ordering)
+    implicit = {i: c for i, c in ordered_after.items() if c not in jobs[i].blocker_chain_ids}
+    decisions = decide_blockers(jobs, inserted, found.blocker_status, found.blocker_type, implicit)
     now_text = fmt_time(now)
     rows: list[list[Any]] = []
     blocker_rows: list[dict[str, Any]] = []
@@ -261,6 +283,10 @@ async def _create(ctx: TxContext, jobs: list[NewJob], now: datetime) -> list[Job
         job = jobs[i]
         blockers = list(dict.fromkeys(job.blocker_chain_ids))
         blocker_rows.extend({"job_id": job_id, "chain_id": c, "idx": n} for n, c in enumerate(blockers))
+        if i in implicit:  # the implicit blocker, after the declared ones
+            blocker_rows.append(
+                {"job_id": job_id, "chain_id": implicit[i], "idx": len(blockers), "any_end": 1}
+            )
         rows.append(_insert_item(job, now, now_text, status=decisions[i].status))
 
     if rows:
@@ -277,16 +303,48 @@ async def _create(ctx: TxContext, jobs: list[NewJob], now: datetime) -> list[Job
             if failed_by is not None:
                 new_job = failed_at_insert(new_job, failed_by, now)
             new_jobs.append(new_job)
-            results[i] = JobCreated(job=new_job, incomplete_blocker_chain_ids=decisions[i].incomplete)
+            results[i] = JobCreated(
+                job=new_job,
+                incomplete_blocker_chain_ids=decisions[i].incomplete,
+                ordered_after=ordered_after.get(i),
+            )
         await write_extras(ctx, new_jobs)
     if blocker_rows:
         await ctx.fetch(ctx.q.job_blockers_add, {"blockers": json.dumps(blocker_rows, separators=(",", ":"))})
+    if key_rows:
+        await ctx.fetch(
+            ctx.q.ordering_keys_upsert, {"keys": json.dumps(key_rows, separators=(",", ":")), "now": now_text}
+        )
 
     for i, target in same_as.items():
         earlier = results[target]
         assert earlier is not None  # items only collapse onto earlier, resolved ones
-        results[i] = replace(earlier, deduplicated=True, incomplete_blocker_chain_ids=())
+        results[i] = replace(earlier, deduplicated=True, incomplete_blocker_chain_ids=(), ordered_after=None)
     return [result for result in results if result is not None]
+
+
+def _ordering(
+    jobs: list[NewJob], inserted: dict[str, int], last_of_key: dict[str, str]
+) -> tuple[dict[int, str], list[list[str | None]]]:
+    """The previous chain of each inserted root with an ordering key (by item index), and the
+    ordering_key rows to upsert ([key, last chain, previous chain]).
+
+    Roots of one key in the batch follow each other in input order; deduplicated items are
+    not inserted, so they take no place.
+    """
+    after: dict[int, str] = {}
+    last = dict(last_of_key)
+    previous: dict[str, str | None] = {}
+    for job_id, i in inserted.items():
+        key = jobs[i].ordering_key
+        if key is None:
+            continue
+        before = last.get(key)
+        previous[key] = before
+        last[key] = job_id
+        if before is not None:
+            after[i] = before
+    return after, [[key, last[key], before] for key, before in previous.items()]
 
 
 _encode_items = msgspec.json.Encoder().encode
@@ -319,6 +377,8 @@ def _insert_item(job: NewJob, now: datetime, now_text: str, *, status: str) -> l
         dedup.key if dedup else None,
         dump_json(job.trace_context, "trace_context"),
         dump_json(job.chain_trace_context, "chain_trace_context"),
+        job.priority,
+        job.ordering_key,
     ]
 
 
@@ -354,6 +414,8 @@ def _inserted_job(job: NewJob, item: list[Any], created_at: datetime, now_text: 
         trace_context=_stored(job.trace_context, item[9]),
         chain_trace_context=_stored(job.chain_trace_context, item[10]),
         runs_after_failed_blockers=job.runs_after_failed_blockers,
+        priority=job.priority,
+        ordering_key=job.ordering_key,
     )
 
 

@@ -50,9 +50,11 @@ def decide_blockers(
     inserted: Mapping[str, int],
     blocker_status: Mapping[str, JobStatus],
     blocker_type: Mapping[str, str],
+    ordered_after: Mapping[int, str],
 ) -> dict[int, BlockerDecision]:
     """The decision for every inserted item (by item index); raises ChainNotFoundError for a
-    blocker chain that neither exists nor is created by this batch."""
+    blocker chain that neither exists nor is created by this batch. ``ordered_after``: the
+    implicit blocker of a root with an ordering key (resolved by any terminal status)."""
     new_chains = {
         job_id: jobs[i].chain_type_name for job_id, i in inserted.items() if jobs[i].chain_id is None
     }
@@ -63,7 +65,7 @@ def decide_blockers(
     failed_new: set[str] = set()
     while True:  # until no more new chain of the batch fails: the failures only grow
         decisions = {
-            i: _decide(jobs[i], new_chains, failed_new, blocker_status, blocker_type)
+            i: _decide(jobs[i], new_chains, failed_new, blocker_status, blocker_type, ordered_after.get(i))
             for i in inserted.values()
         }
         now_failed = {
@@ -82,6 +84,7 @@ def _decide(
     failed_new: set[str],
     blocker_status: Mapping[str, JobStatus],
     blocker_type: Mapping[str, str],
+    ordered_after: str | None,
 ) -> BlockerDecision:
     incomplete: list[str] = []
     failed_by: tuple[str, JobStatus, str] | None = None
@@ -95,6 +98,13 @@ def _decide(
             incomplete.append(chain_id)
         elif failed_by is None and not job.runs_after_failed_blockers and status in _ENDED_BADLY:
             failed_by = (chain_id, status, chain_type)
+    if ordered_after is not None:  # any terminal status resolves it: it never fails the job
+        if ordered_after in new_chains:
+            open_ = ordered_after not in failed_new
+        else:
+            open_ = not blocker_status[ordered_after].terminal
+        if open_:
+            incomplete.append(ordered_after)
     return BlockerDecision(tuple(incomplete), failed_by)
 
 

@@ -204,7 +204,7 @@ async def chains_prune(ctx: TxContext, params: ChainsPrune) -> ChainsPruned:
     """See StateTx.chains_prune: one DELETE; never busy (SQLite serializes writers)."""
     ctx.require_write("chains_prune")
     if params.completed_before is None and params.failed_before is None and params.cancelled_before is None:
-        return ChainsPruned()
+        return ChainsPruned(locks_deleted=await _prune_keys(ctx, params))
     rows = await ctx.fetch(
         ctx.q.chains_prune,
         {
@@ -215,9 +215,12 @@ async def chains_prune(ctx: TxContext, params: ChainsPrune) -> ChainsPruned:
         },
     )
     if not rows:
-        return ChainsPruned()
+        return ChainsPruned(locks_deleted=await _prune_keys(ctx, params))
     if not ctx.foreign_keys:
         await ctx.fetch(ctx.q.jobs_delete_blockers, {"job_ids": json_list(row["id"] for row in rows)})
+    keyed = [row["id"] for row in rows if row["ordering_key"] is not None and row["chain_index"] == 0]
+    if keyed:  # the key rows whose last chain went (not counted: the chains were the point)
+        await ctx.fetch(ctx.q.ordering_keys_forget, {"chain_ids": json_list(keyed)})
     last: dict[str, Row] = {}
     for row in rows:
         seen = last.get(row["chain_id"])
@@ -232,8 +235,20 @@ async def chains_prune(ctx: TxContext, params: ChainsPrune) -> ChainsPruned:
         chains=[
             PrunedChain(id=row["chain_id"], type_name=row["chain_type_name"], status=row["status"])
             for row in ordered
-        ]
+        ],
+        locks_deleted=await _prune_keys(ctx, params),
     )
+
+
+async def _prune_keys(ctx: TxContext, params: ChainsPrune) -> int:
+    """With ``locks_before``: delete up to ``limit`` ordering-key rows whose last chain is gone.
+
+    SQLite keeps no deduplication bookkeeping rows (its single writer serializes starts), and
+    the key rows of deleted chains go with them; this sweeps what another path left.
+    """
+    if params.locks_before is None:
+        return 0
+    return len(await ctx.fetch(ctx.q.ordering_keys_prune, {"limit": params.limit}))
 
 
 __all__ = ["chains_cancel", "chains_prune", "iso", "job_fail", "jobs_retry", "propagate"]

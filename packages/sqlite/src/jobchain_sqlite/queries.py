@@ -60,6 +60,9 @@ class Queries:
     job_blockers_get: str
     job_next_available: str
     jobs_acquire: str
+    jobs_acquire_candidates: str
+    jobs_acquire_ids: str
+    type_rate_count: str
     job_renew_lease: str
     job_reschedule: str
     job_complete: str
@@ -100,6 +103,17 @@ class Queries:
     jobs_list_leased_desc: str
     chain_jobs_list_asc: str
     chain_jobs_list_desc: str
+    ordering_keys_upsert: str
+    ordering_keys_forget: str
+    ordering_keys_prune: str
+    job_wait_lookup: str
+    job_wait: str
+    types_pause: str
+    types_resume: str
+    paused_types_list: str
+    schedules_register: str
+    schedules_forget: str
+    schedules_list: str
     blocked_jobs_list_asc: str
     blocked_jobs_list_desc: str
 

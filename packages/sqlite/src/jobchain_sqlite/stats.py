@@ -77,6 +77,7 @@ def _type_stats(row: Row, params: QueueStatsGet) -> TypeStats:
             for index, completed, failed, cancelled in recent
         ),
         durations=duration_percentiles(timedelta(microseconds=us) for us in durations),
+        paused=bool(row["paused"]),
     )
 
 

@@ -7,11 +7,18 @@ run under the write lock the transaction already holds, so they see a consistent
 
 from __future__ import annotations
 
-import json
 from collections.abc import AsyncIterator, Sequence
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
-from datetime import datetime, timedelta
+from datetime import timedelta
 
+from jobchain.contracts.scheduling import (
+    JobWait,
+    JobWaited,
+    PausedTypesList,
+    SchedulesList,
+    SchedulesRegister,
+    TypesPause,
+)
 from jobchain.contracts.state import (
     BlockedJobsList,
     ChainGet,
@@ -48,13 +55,23 @@ from jobchain.contracts.state import (
     WorkerHeartbeatResult,
     WorkersList,
 )
-from jobchain.entities import ATTEMPT_ERRORS_KEPT, Chain, Job, JobStatus, Page, WorkerInfo, utcnow
+from jobchain.entities import (
+    ATTEMPT_ERRORS_KEPT,
+    Chain,
+    Job,
+    JobStatus,
+    Page,
+    PausedType,
+    ScheduleRecord,
+    WorkerInfo,
+    utcnow,
+)
 from jobchain.errors import (
     BlockerReference,
     JobchainError,
 )
 from jobchain.stats import QueueStats
-from jobchain_sqlite import lifecycle, listing, stats, workers
+from jobchain_sqlite import claims, lifecycle, listing, scheduling, stats, workers
 from jobchain_sqlite.complete import jobs_complete, lease_error
 from jobchain_sqlite.context import TxContext
 from jobchain_sqlite.create import jobs_create
@@ -66,12 +83,7 @@ from jobchain_sqlite.rows import (
     job_from_row,
     json_list,
     parse_time,
-    running_job_from_row,
 )
-
-
-def _acquire_key(job: Job) -> tuple[datetime, datetime, str]:
-    return (job.scheduled_at, job.created_at, job.id)
 
 
 class SqliteTx:
@@ -154,31 +166,9 @@ class SqliteTx:
     # ------------------------------------------------------------ worker transitions
 
     async def jobs_acquire(self, params: JobsAcquire) -> JobsAcquired:
-        """One UPDATE … RETURNING (has_more rides along on the last claimed row)."""
-        ctx = self._ctx
-        ctx.require_write("jobs_acquire")
-        if not params.type_names:
-            return JobsAcquired(jobs=[], has_more=False)
-        now = params.now or utcnow()
-        # Only the listed types whose lease differs; NULL keeps the statement off json_each.
-        type_leases = {
-            name: fmt_time(now + lease)
-            for name in params.type_names
-            if (lease := params.lease_of(name)) != params.lease_for
-        }
-        args = {
-            "type_names": json_list(params.type_names),
-            "now": fmt_time(now),
-            "worker_id": params.worker_id,
-            "leased_until": fmt_time(now + params.lease_for),
-            "type_leases": json.dumps(type_leases, separators=(",", ":")) if type_leases else None,
-            "limit": params.limit,
-        }
-        rows = await ctx.fetch(ctx.q.jobs_acquire, args)
-        if not rows:
-            return JobsAcquired(jobs=[], has_more=False)
-        claimed = sorted(((running_job_from_row(row), row) for row in rows), key=lambda p: _acquire_key(p[0]))
-        return JobsAcquired(jobs=[job for job, _ in claimed], has_more=bool(claimed[-1][1]["has_more_after"]))
+        """One UPDATE … RETURNING for a plain claim; a read, an UPDATE and (for rate-limited
+        types) a counter upsert otherwise (see claims.py)."""
+        return await claims.jobs_acquire(self._ctx, params)
 
     async def job_renew_lease(self, params: JobRenewLease) -> Job:
         ctx = self._ctx
@@ -396,6 +386,9 @@ class SqliteTx:
         if not ctx.foreign_keys:
             await ctx.fetch(ctx.q.chains_delete_blockers, args)
         jobs = [job_from_row(row) for row in await ctx.fetch(ctx.q.chains_delete, args)]
+        keyed = [job.id for job in jobs if job.ordering_key is not None and job.chain_index == 0]
+        if keyed:  # a key whose last chain goes forgets it (its next chain follows none)
+            await ctx.fetch(ctx.q.ordering_keys_forget, {"chain_ids": json_list(keyed)})
         chains = chains_from_jobs(jobs)
         ordered = [c for c in requested if c in chains] + sorted(
             (c for c in chains if c not in set(requested)), key=lambda c: (chains[c].created_at, c)
@@ -418,6 +411,24 @@ class SqliteTx:
 
     async def blocked_jobs_list(self, params: BlockedJobsList) -> Page[Job]:
         return await listing.blocked_jobs_list(self._ctx, params)
+
+    # ------------------------------------------------------------ scheduling controls
+
+    async def job_wait(self, params: JobWait) -> JobWaited:
+        """Two reads, the new blocker rows and one UPDATE (see scheduling.py)."""
+        return await scheduling.job_wait(self._ctx, params)
+
+    async def types_pause(self, params: TypesPause) -> list[PausedType]:
+        return await scheduling.types_pause(self._ctx, params)
+
+    async def paused_types_list(self, params: PausedTypesList) -> list[PausedType]:
+        return await scheduling.paused_types_list(self._ctx, params)
+
+    async def schedules_register(self, params: SchedulesRegister) -> list[ScheduleRecord]:
+        return await scheduling.schedules_register(self._ctx, params)
+
+    async def schedules_list(self, params: SchedulesList) -> list[ScheduleRecord]:
+        return await scheduling.schedules_list(self._ctx, params)
 
 
 __all__ = ["SqliteTx"]

@@ -1,28 +1,77 @@
--- jobs_acquire: claim up to :limit eligible pending jobs, oldest scheduled_at first, and say
--- whether more were waiting, in one statement. :leases[i] is the lease of :type_names[i], so
--- a worker serving types with different leases claims them together.
--- Plan: job_acquisition_idx, one ordered index scan per type (LATERAL); FOR UPDATE SKIP LOCKED,
--- so concurrent claimers neither wait for nor share a row. Leaky: with several types a claim
--- locks up to :limit rows per type until commit; those it does not claim stay pending and
--- other claimers skip them until this transaction ends.
+-- jobs_acquire: claim up to :limit eligible pending jobs of types without limits, in claim order,
+-- and say whether more were waiting, in one statement. :leases[i] is the lease of :type_names[i],
+-- so a worker serving types with different leases claims them together. Paused types (a
+-- type_control row with paused_at) are left out. Types with limits: jobs_acquire_limited.sql.
+-- Claim order (JobsAcquire): aged jobs (due since :now - :aging or earlier) first, FIFO; then the
+-- others by priority descending, FIFO within a priority. Per type, the first :limit jobs in that
+-- order are always among three index-ordered prefixes of at most :limit rows each:
+--   C1 job_acquisition_idx (FIFO), skipping the jobs of negative priority that are not aged yet
+--      (so its scan reads past at most the negative-priority jobs that became due within :aging);
+--   C2 job_priority_idx, priority > 0, by priority descending then FIFO;
+--   C3 job_priority_idx, priority < 0, likewise.
+-- A job ahead of one in the claim order is ahead of it in the prefix that holds it, so nothing
+-- the claim takes is missed; only the union (at most 3 x :limit rows per type) is sorted, never the
+-- pending set. job_priority_idx holds only jobs of priority <> 0: empty while nobody uses
+-- priorities, when C2 and C3 are one empty index probe each.
+-- Plan: one ordered index scan per prefix and type (LATERAL); FOR UPDATE SKIP LOCKED, so concurrent
+-- claimers neither wait for nor share a row. Leaky: a claim locks up to 3 x :limit rows per type
+-- until commit; those it does not claim stay pending and other claimers skip them until this
+-- transaction ends.
 WITH candidates AS (
-    SELECT c.id, c.scheduled_at, c.created_at, t.lease
+    SELECT c.id, c.scheduled_at, c.created_at, c.priority, t.lease
     FROM unnest(%(type_names)s::text[], %(leases)s::interval[]) AS t(type_name, lease)
     CROSS JOIN LATERAL (
-        SELECT j.id, j.scheduled_at, j.created_at
-        FROM {job} AS j
-        WHERE j.type_name = t.type_name
-          AND j.status = 'pending'
-          AND j.scheduled_at <= COALESCE(%(now)s::timestamptz, statement_timestamp())
-        -- type_name is fixed here; naming it lets the planner read the index in order (no sort).
-        ORDER BY j.type_name, j.scheduled_at, j.created_at, j.id
-        LIMIT %(limit)s
-        FOR UPDATE SKIP LOCKED
+        SELECT c1.* FROM (
+            SELECT j.id, j.scheduled_at, j.created_at, j.priority
+            FROM {job} AS j
+            WHERE j.type_name = t.type_name
+              AND j.status = 'pending'
+              AND j.scheduled_at <= COALESCE(%(now)s::timestamptz, statement_timestamp())
+              AND (j.priority >= 0
+                   OR j.scheduled_at <= COALESCE(%(now)s::timestamptz, statement_timestamp()) - %(aging)s::interval)
+            -- type_name is fixed here; naming it lets the planner read the index in order (no sort).
+            ORDER BY j.type_name, j.scheduled_at, j.created_at, j.id
+            LIMIT %(limit)s
+            FOR UPDATE SKIP LOCKED
+        ) AS c1
+        UNION
+        SELECT c2.* FROM (
+            SELECT j.id, j.scheduled_at, j.created_at, j.priority
+            FROM {job} AS j
+            WHERE j.type_name = t.type_name
+              AND j.status = 'pending'
+              AND j.priority > 0
+              AND j.scheduled_at <= COALESCE(%(now)s::timestamptz, statement_timestamp())
+            ORDER BY j.type_name, j.priority DESC, j.scheduled_at, j.created_at, j.id
+            LIMIT %(limit)s
+            FOR UPDATE SKIP LOCKED
+        ) AS c2
+        UNION
+        SELECT c3.* FROM (
+            SELECT j.id, j.scheduled_at, j.created_at, j.priority
+            FROM {job} AS j
+            WHERE j.type_name = t.type_name
+              AND j.status = 'pending'
+              AND j.priority < 0
+              AND j.scheduled_at <= COALESCE(%(now)s::timestamptz, statement_timestamp())
+            ORDER BY j.type_name, j.priority DESC, j.scheduled_at, j.created_at, j.id
+            LIMIT %(limit)s
+            FOR UPDATE SKIP LOCKED
+        ) AS c3
     ) AS c
+    WHERE NOT EXISTS (
+        SELECT 1 FROM {type_control} AS p WHERE p.type_name = t.type_name AND p.paused_at IS NOT NULL
+    )
 ),
 chosen AS (
     SELECT candidates.id, candidates.lease FROM candidates
-    ORDER BY candidates.scheduled_at, candidates.created_at, candidates.id
+    ORDER BY
+        candidates.scheduled_at <= COALESCE(%(now)s::timestamptz, statement_timestamp()) - %(aging)s::interval DESC,
+        CASE
+            WHEN candidates.scheduled_at <= COALESCE(%(now)s::timestamptz, statement_timestamp()) - %(aging)s::interval
+            THEN 0 ELSE candidates.priority
+        END DESC,
+        candidates.scheduled_at, candidates.created_at, candidates.id
     LIMIT %(limit)s
 ),
 claimed AS (
@@ -52,6 +101,9 @@ SELECT
           AND m.status = 'pending'
           AND m.scheduled_at <= COALESCE(%(now)s::timestamptz, statement_timestamp())
           AND m.id NOT IN (SELECT chosen.id FROM chosen)
+          AND NOT EXISTS (
+              SELECT 1 FROM {type_control} AS p WHERE p.type_name = m.type_name AND p.paused_at IS NOT NULL
+          )
     ) AS _has_more,
     claimed.*
 FROM claimed

@@ -1,24 +1,61 @@
 -- jobs_acquire_atomic: jobs_acquire for distributed SQL (claim="atomic-update"): no SKIP LOCKED.
--- :leases[i] is the lease of :type_names[i], as in jobs_acquire.
+-- :leases[i] is the lease of :type_names[i]; paused types are left out; the claim order and its
+-- three index-ordered prefixes per type (C1 job_acquisition_idx, C2/C3 job_priority_idx) are
+-- those of jobs_acquire.sql. Types with limits: jobs_acquire_atomic_limited.sql.
 -- Plan: pick candidates without locks, then one UPDATE … FROM that re-checks the status, so a
 -- job another claimer won meanwhile is dropped (the caller may receive fewer jobs, never a
 -- shared one). _lost counts candidates another claimer won meanwhile; the adapter then claims
--- again with a fresh snapshot (only under contention). job_acquisition_idx, one ordered index
--- scan per type. Leaky on PostgreSQL: a claim waits for a transaction that holds a candidate row.
+-- again with a fresh snapshot (only under contention). One ordered index scan per prefix and
+-- type. Leaky on PostgreSQL: a claim waits for a transaction that holds a candidate row.
 WITH next AS (
     SELECT c.id, t.lease
     FROM unnest(%(type_names)s::text[], %(leases)s::interval[]) AS t(type_name, lease)
     CROSS JOIN LATERAL (
-        SELECT j.id, j.scheduled_at, j.created_at
-        FROM {job} AS j
-        WHERE j.type_name = t.type_name
-          AND j.status = 'pending'
-          AND j.scheduled_at <= COALESCE(%(now)s::timestamptz, statement_timestamp())
-        -- type_name is fixed here; naming it lets the planner read the index in order (no sort).
-        ORDER BY j.type_name, j.scheduled_at, j.created_at, j.id
-        LIMIT %(limit)s
+        SELECT c1.* FROM (
+            SELECT j.id, j.scheduled_at, j.created_at, j.priority
+            FROM {job} AS j
+            WHERE j.type_name = t.type_name
+              AND j.status = 'pending'
+              AND j.scheduled_at <= COALESCE(%(now)s::timestamptz, statement_timestamp())
+              AND (j.priority >= 0
+                   OR j.scheduled_at <= COALESCE(%(now)s::timestamptz, statement_timestamp()) - %(aging)s::interval)
+            -- type_name is fixed here; naming it lets the planner read the index in order (no sort).
+            ORDER BY j.type_name, j.scheduled_at, j.created_at, j.id
+            LIMIT %(limit)s
+        ) AS c1
+        UNION
+        SELECT c2.* FROM (
+            SELECT j.id, j.scheduled_at, j.created_at, j.priority
+            FROM {job} AS j
+            WHERE j.type_name = t.type_name
+              AND j.status = 'pending'
+              AND j.priority > 0
+              AND j.scheduled_at <= COALESCE(%(now)s::timestamptz, statement_timestamp())
+            ORDER BY j.type_name, j.priority DESC, j.scheduled_at, j.created_at, j.id
+            LIMIT %(limit)s
+        ) AS c2
+        UNION
+        SELECT c3.* FROM (
+            SELECT j.id, j.scheduled_at, j.created_at, j.priority
+            FROM {job} AS j
+            WHERE j.type_name = t.type_name
+              AND j.status = 'pending'
+              AND j.priority < 0
+              AND j.scheduled_at <= COALESCE(%(now)s::timestamptz, statement_timestamp())
+            ORDER BY j.type_name, j.priority DESC, j.scheduled_at, j.created_at, j.id
+            LIMIT %(limit)s
+        ) AS c3
     ) AS c
-    ORDER BY c.scheduled_at, c.created_at, c.id
+    WHERE NOT EXISTS (
+        SELECT 1 FROM {type_control} AS p WHERE p.type_name = t.type_name AND p.paused_at IS NOT NULL
+    )
+    ORDER BY
+        c.scheduled_at <= COALESCE(%(now)s::timestamptz, statement_timestamp()) - %(aging)s::interval DESC,
+        CASE
+            WHEN c.scheduled_at <= COALESCE(%(now)s::timestamptz, statement_timestamp()) - %(aging)s::interval
+            THEN 0 ELSE c.priority
+        END DESC,
+        c.scheduled_at, c.created_at, c.id
     LIMIT %(limit)s
 ),
 claimed AS (
@@ -51,6 +88,9 @@ SELECT
           AND m.status = 'pending'
           AND m.scheduled_at <= COALESCE(%(now)s::timestamptz, statement_timestamp())
           AND m.id NOT IN (SELECT next.id FROM next)
+          AND NOT EXISTS (
+              SELECT 1 FROM {type_control} AS p WHERE p.type_name = m.type_name AND p.paused_at IS NOT NULL
+          )
     ) AS _has_more,
     claimed.*
 FROM (SELECT 1) AS one

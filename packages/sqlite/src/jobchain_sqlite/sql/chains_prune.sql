@@ -59,4 +59,4 @@ kept(chain_id) AS (
 )
 DELETE FROM {p}job
 WHERE chain_id IN (SELECT chain_id FROM candidate EXCEPT SELECT chain_id FROM kept)
-RETURNING id, chain_id, chain_index, chain_type_name, status, completed_at, failed_at, cancelled_at
+RETURNING id, chain_id, chain_index, chain_type_name, status, completed_at, failed_at, cancelled_at, ordering_key

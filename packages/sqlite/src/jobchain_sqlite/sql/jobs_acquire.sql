@@ -1,4 +1,9 @@
--- jobs_acquire: claim up to :limit eligible pending jobs, oldest scheduled_at first.
+-- jobs_acquire: the plain claim: up to :limit eligible pending jobs, oldest scheduled_at
+-- first, for claims of types without limits while none of their pending jobs has a priority.
+-- The guard (NOT EXISTS on job_priority_idx, which holds only jobs of priority <> 0, so it
+-- is empty while nobody uses priorities) and the paused types (type_control) are read once
+-- per statement, not per row. When the guard fails the statement claims nothing and the
+-- adapter takes the general claim (jobs_acquire_candidates + jobs_acquire_ids).
 -- Plan: job_acquisition_idx, forced with INDEXED BY: without statistics the planner may pick
 -- a listing index and sort every pending job. No SKIP LOCKED is needed: SQLite runs one
 -- writer at a time, so the inner SELECT and the UPDATE see the same rows and no other
@@ -26,8 +31,16 @@ SET status = 'running',
 WHERE id IN (
     SELECT c.id FROM {p}job c INDEXED BY {p}job_acquisition_idx
     WHERE c.status = 'pending'
-      AND c.type_name IN (SELECT value FROM json_each(:type_names))
+      AND c.type_name IN (
+          SELECT value FROM json_each(:type_names)
+          WHERE value NOT IN (SELECT tc.type_name FROM {p}type_control tc WHERE tc.paused_at IS NOT NULL)
+      )
       AND c.scheduled_at <= :now
+      AND NOT EXISTS (
+          SELECT 1 FROM {p}job g INDEXED BY {p}job_priority_idx
+          WHERE g.status = 'pending' AND g.priority <> 0
+            AND g.type_name IN (SELECT value FROM json_each(:type_names))
+      )
     ORDER BY c.scheduled_at, c.created_at, c.id
     LIMIT :limit
 )
@@ -38,7 +51,10 @@ RETURNING id, type_name, chain_id, chain_type_name, chain_index, status, input, 
        rescue_reason, attempt_errors, attempt_base, runs_after_failed_blockers, priority, ordering_key, EXISTS (
     SELECT 1 FROM {p}job x INDEXED BY {p}job_acquisition_idx
     WHERE x.status = 'pending'
-      AND x.type_name IN (SELECT value FROM json_each(:type_names))
+      AND x.type_name IN (
+          SELECT value FROM json_each(:type_names)
+          WHERE value NOT IN (SELECT tc.type_name FROM {p}type_control tc WHERE tc.paused_at IS NOT NULL)
+      )
       AND x.scheduled_at <= :now
       AND (x.scheduled_at, x.created_at, x.id) > ({p}job.scheduled_at, {p}job.created_at, {p}job.id)
 ) AS has_more_after

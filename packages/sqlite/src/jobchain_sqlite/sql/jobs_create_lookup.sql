@@ -2,9 +2,11 @@
 -- Rows by kind: 'id' (an existing job with an item's id), 'continuation' (the existing job at
 -- an item's chain_id + chain_index), 'root' (the root of an item's chain), 'dedup' (the newest
 -- root matching an item's deduplication; scope incomplete: its chain is not terminal),
--- 'blocker' (the last job of each blocker chain).
+-- 'blocker' (the last job of each blocker chain), 'ordering' (the last job of the chain that
+-- took an ordering key of :ordering_keys last, with the key in i).
 -- Job columns come first (rows.job_from_row reads them by position).
--- Plan: primary key, job_chain_index_idx, job_deduplication_idx; no scan.
+-- Plan: primary key, job_chain_index_idx, job_deduplication_idx, ordering_key's primary key;
+-- no scan.
 WITH item AS (
     SELECT
         json_extract(value, '$.i')                AS i,
@@ -49,3 +51,9 @@ SELECT j.*, 'blocker', NULL
 FROM json_each(:blocker_chain_ids) b
 JOIN {p}job j ON j.chain_id = b.value
     AND j.chain_index = (SELECT MAX(m.chain_index) FROM {p}job m WHERE m.chain_id = b.value)
+UNION ALL
+SELECT j.*, 'ordering', k.value
+FROM json_each(:ordering_keys) k
+JOIN {p}ordering_key o ON o.key = k.value
+JOIN {p}job j ON j.chain_id = o.last_chain_id
+    AND j.chain_index = (SELECT MAX(m.chain_index) FROM {p}job m WHERE m.chain_id = o.last_chain_id)

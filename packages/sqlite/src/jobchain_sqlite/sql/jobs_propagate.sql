@@ -4,13 +4,15 @@
 -- calling operation just failed or cancelled).
 --
 -- failing: every blocked job without runs_after_failed_blockers that one of those chains
--- blocks, and recursively every such job blocked by the chain of a job failing here (a
+-- blocks through a blocker row without resolves_on_any_end, and recursively every such job blocked by the chain of a job failing here (a
 -- blocked job is its chain's last job, so its chain fails with it). UNION visits each job
 -- once, so the recursion ends even on a cycle of blockers. ended: the origins and the
 -- chains of the failing jobs. cause: per failing job, the first of its declared blocker
 -- chains that ended here (so the choice never depends on the order of the walk).
--- released: blocked jobs with runs_after_failed_blockers blocked by a chain that ended
--- here, whose every blocker chain is now terminal (one in `ended` is, whatever its row says).
+-- released: blocked jobs not failing here, blocked by a chain that ended here that they
+-- count as resolved (runs_after_failed_blockers, or the blocker row's resolves_on_any_end),
+-- whose every other blocker chain is resolved too (terminal; completed unless either flag).
+-- cause only names blocker rows without resolves_on_any_end (the others never fail a job).
 -- plan is MATERIALIZED, so every decision reads the table as it was before this statement.
 --
 -- Failed jobs: status 'failed', failed_at, failed_by_chain_id, a readable last_attempt_error
@@ -26,13 +28,13 @@ failing(job_id, chain_id) AS (
     FROM origin o
     JOIN {p}job_blocker b ON b.blocked_by_chain_id = o.chain_id
     JOIN {p}job j ON j.id = b.job_id
-    WHERE +j.status = 'blocked' AND NOT j.runs_after_failed_blockers
+    WHERE +j.status = 'blocked' AND NOT j.runs_after_failed_blockers AND NOT b.resolves_on_any_end
     UNION
     SELECT j.id, j.chain_id
     FROM failing f
     JOIN {p}job_blocker b ON b.blocked_by_chain_id = f.chain_id
     JOIN {p}job j ON j.id = b.job_id
-    WHERE +j.status = 'blocked' AND NOT j.runs_after_failed_blockers
+    WHERE +j.status = 'blocked' AND NOT j.runs_after_failed_blockers AND NOT b.resolves_on_any_end
       AND j.chain_id NOT IN (SELECT chain_id FROM origin)
 ),
 doomed(job_id, chain_id) AS MATERIALIZED (
@@ -49,7 +51,8 @@ cause(job_id, by_chain_id, cause) AS MATERIALIZED (
     FROM doomed d
     JOIN ended e ON e.chain_id = (
         SELECT o.blocked_by_chain_id FROM {p}job_blocker o
-        WHERE o.job_id = d.job_id AND o.blocked_by_chain_id IN (SELECT chain_id FROM ended)
+        WHERE o.job_id = d.job_id AND NOT o.resolves_on_any_end
+          AND o.blocked_by_chain_id IN (SELECT chain_id FROM ended)
         ORDER BY o.idx LIMIT 1
     )
 ),
@@ -58,14 +61,19 @@ released(job_id) AS MATERIALIZED (
     FROM ended t
     JOIN {p}job_blocker b ON b.blocked_by_chain_id = t.chain_id
     JOIN {p}job j ON j.id = b.job_id
-    WHERE +j.status = 'blocked' AND j.runs_after_failed_blockers
+    WHERE +j.status = 'blocked' AND (j.runs_after_failed_blockers OR b.resolves_on_any_end)
+      AND j.id NOT IN (SELECT job_id FROM doomed)
       AND NOT EXISTS (
           SELECT 1 FROM {p}job_blocker o
           WHERE o.job_id = j.id
             AND o.blocked_by_chain_id NOT IN (SELECT chain_id FROM ended)
-            AND (SELECT l.status FROM {p}job l
-                 WHERE l.chain_id = o.blocked_by_chain_id
-                 ORDER BY l.chain_index DESC LIMIT 1) NOT IN ('completed', 'failed', 'cancelled')
+            AND CASE WHEN j.runs_after_failed_blockers OR o.resolves_on_any_end
+                     THEN (SELECT l.status FROM {p}job l
+                           WHERE l.chain_id = o.blocked_by_chain_id
+                           ORDER BY l.chain_index DESC LIMIT 1) NOT IN ('completed', 'failed', 'cancelled')
+                     ELSE (SELECT l.status FROM {p}job l
+                           WHERE l.chain_id = o.blocked_by_chain_id
+                           ORDER BY l.chain_index DESC LIMIT 1) <> 'completed' END
       )
 ),
 plan(job_id, status, by_chain_id, message, error_type) AS MATERIALIZED (

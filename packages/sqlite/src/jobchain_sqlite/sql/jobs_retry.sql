@@ -32,6 +32,7 @@ stuck(id, chain_id, other) AS MATERIALIZED (
             SELECT o.blocked_by_chain_id FROM {p}job_blocker o
             WHERE o.job_id = r.id
               AND o.blocked_by_chain_id <> r.parent
+              AND NOT o.resolves_on_any_end
               AND o.blocked_by_chain_id NOT IN (SELECT chain_id FROM r)
               AND (SELECT l.status FROM {p}job l
                    WHERE l.chain_id = o.blocked_by_chain_id

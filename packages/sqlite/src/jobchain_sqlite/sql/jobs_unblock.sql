@@ -4,7 +4,7 @@
 -- pending, attributed (position) to the last item that completed one of its blockers, as
 -- completing the items one after another would; scheduled_at never lies before that
 -- item's now. A runs_after_failed_blockers job counts failed or cancelled blockers as
--- resolved (as in job_unblock).
+-- resolved, as does any job for a blocker row with resolves_on_any_end (as in job_unblock).
 -- Plan: job_blocker_chain_idx per completed chain, then primary-key lookups (the unary +
 -- keeps the planner off the status index), then job_chain_index_idx per blocker.
 UPDATE {p}job
@@ -24,7 +24,7 @@ WHERE +status = 'blocked'
   AND NOT EXISTS (
       SELECT 1 FROM {p}job_blocker o
       WHERE o.job_id = {p}job.id
-        AND CASE WHEN {p}job.runs_after_failed_blockers
+        AND CASE WHEN {p}job.runs_after_failed_blockers OR o.resolves_on_any_end
                  THEN (SELECT l.status FROM {p}job l
                        WHERE l.chain_id = o.blocked_by_chain_id
                        ORDER BY l.chain_index DESC LIMIT 1) NOT IN ('completed', 'failed', 'cancelled')

@@ -1,6 +1,8 @@
 -- queue_stats: the figures of each job type at :now, one row per type, sorted by name.
 -- Types: those named in :type_names (a JSON array), plus, when :every_type is 1, every type
--- that has a job, found by a loose index scan (one MIN per type on job_listing_type_name_idx).
+-- that has a job, found by a loose index scan (one MIN per type on job_listing_type_name_idx),
+-- and every paused type (a scan of type_control: one row per paused or rate-limited type).
+-- paused: 1 when the type is paused (type_control's primary key).
 -- Every figure is a correlated subquery on one partial index, forced with INDEXED BY (without
 -- statistics the planner may prefer a listing index and read the table row of every job):
 --   blocked              job_blocked_type_idx: the count of the type's range
@@ -32,6 +34,8 @@ types(type_name) AS (
     SELECT type_name FROM seen WHERE type_name IS NOT NULL
     UNION
     SELECT value FROM json_each(:type_names)
+    UNION
+    SELECT tc.type_name FROM {p}type_control tc WHERE :every_type AND tc.paused_at IS NOT NULL
 )
 SELECT t.type_name,
     (SELECT COUNT(*) FROM {p}job b INDEXED BY {p}job_blocked_type_idx
@@ -74,6 +78,8 @@ SELECT t.type_name,
           AND c.attempt_started_at IS NOT NULL
         ORDER BY c.completed_at DESC, c.id DESC
         LIMIT :sample
-    ) d) AS durations
+    ) d) AS durations,
+    EXISTS (SELECT 1 FROM {p}type_control tc WHERE tc.type_name = t.type_name AND tc.paused_at IS NOT NULL)
+        AS paused
 FROM types t
 ORDER BY t.type_name

@@ -1,0 +1,196 @@
+"""The claim of PostgresStateTx (``jobs_acquire``): claim order with priorities and aging, pause,
+and the type limits (``max_running``, rate limits), in both claim modes.
+
+A claim of types without limits is one statement, as it always was (``sql/jobs_acquire.sql``,
+``sql/jobs_acquire_atomic.sql``). A claim that serves a limited type first locks those types'
+``type_control`` rows (``sql/type_control_lock.sql``) and then runs the limited statement in the
+same transaction, both in one pipeline (one round trip): claims of one limited type take turns,
+and each sees the ones before it. In autocommit the pipeline's single Sync makes the two one
+transaction; an atomic-update claim that must retry holds the lock in a transaction of its own.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
+from contextlib import AbstractAsyncContextManager, asynccontextmanager
+from datetime import datetime, timedelta
+from typing import Any
+
+from jobchain.contracts.state import JobsAcquire, JobsAcquired
+from jobchain.entities import Job, TypeLimits
+from jobchain_postgres._results import check_now
+from jobchain_postgres.errors import translated
+from jobchain_postgres.providers import AnyConnection
+from jobchain_postgres.queries import Queries
+from jobchain_postgres.rows import Row, Shape, utc
+
+__all__ = ["ATOMIC_CLAIM_ATTEMPTS", "ClaimsMixin", "claim_order"]
+
+ATOMIC_CLAIM_ATTEMPTS = 8
+"""Statements one atomic-update claim may send when concurrent claimers keep winning its candidates."""
+
+_MICROSECOND = timedelta(microseconds=1)
+
+
+def claim_order(aging: timedelta) -> Callable[[Job], tuple[Any, ...]]:
+    """The sort key of claimed jobs: aged first (FIFO), then priority descending, then FIFO.
+
+    A claimed job's ``attempt_started_at`` is the claim's ``now``.
+    """
+
+    def key(job: Job) -> tuple[Any, ...]:
+        now = job.attempt_started_at or job.scheduled_at
+        aged = job.scheduled_at <= now - aging
+        return (not aged, 0 if aged else -job.priority, job.scheduled_at, job.created_at, job.id)
+
+    return key
+
+
+def _limited(type_names: Sequence[str], type_limits: Mapping[str, TypeLimits]) -> dict[str, TypeLimits]:
+    """The claimed types that have a limit (an empty TypeLimits is no limit)."""
+    found: dict[str, TypeLimits] = {}
+    for name in type_names:
+        limits = type_limits.get(name)
+        if limits is not None and (limits.max_running is not None or limits.rate_limit is not None):
+            found[name] = limits
+    return found
+
+
+def _limit_params(type_names: Sequence[str], limited: Mapping[str, TypeLimits]) -> dict[str, Any]:
+    """The per-type limit arrays of the limited statements, aligned with ``type_names``."""
+    max_running: list[int | None] = []
+    rate_limits: list[int | None] = []
+    rate_pers: list[int | None] = []
+    for name in type_names:
+        limits = limited.get(name)
+        rate = None if limits is None else limits.rate_limit
+        max_running.append(None if limits is None else limits.max_running)
+        rate_limits.append(None if rate is None else rate.limit)
+        rate_pers.append(None if rate is None else rate.per // _MICROSECOND)
+    return {"max_running": max_running, "rate_limits": rate_limits, "rate_pers": rate_pers}
+
+
+class ClaimsMixin:
+    """``jobs_acquire``; the transaction class supplies the plumbing named below."""
+
+    _q: Queries
+    _conn: AnyConnection
+    _atomic_claim: bool
+    _autocommit: bool
+
+    def _check(self, *, write: bool) -> None:
+        raise NotImplementedError  # pragma: no cover - provided by PostgresStateTx
+
+    async def _rows(
+        self, query: bytes, params: Mapping[str, Any], *, write: bool, ids: Sequence[str] = ()
+    ) -> tuple[Shape, list[Row]]:
+        raise NotImplementedError  # pragma: no cover - provided by PostgresStateTx
+
+    async def _rows_after_lock(
+        self,
+        lock: bytes,
+        lock_params: Mapping[str, Any],
+        query: bytes,
+        params: Mapping[str, Any],
+        *,
+        ids: Sequence[str] = (),
+    ) -> tuple[Shape, list[Row]]:
+        raise NotImplementedError  # pragma: no cover - provided by PostgresStateTx
+
+    async def jobs_acquire(self, params: JobsAcquire) -> JobsAcquired:
+        type_names = list(dict.fromkeys(params.type_names))
+        self._check(write=True)
+        if not type_names:
+            return JobsAcquired(jobs=[], has_more=False)
+        query_params: dict[str, Any] = {
+            "type_names": type_names,
+            "limit": params.limit,
+            "worker_id": params.worker_id,
+            # Aligned with type_names: each claimed job gets its own type's lease.
+            "leases": [params.lease_of(type_name) for type_name in type_names],
+            "now": check_now(params.now),
+            "aging": params.priority_aging,
+        }
+        limited = _limited(type_names, params.type_limits)
+        if limited:
+            return await self._claim_limited(params, type_names, limited, query_params)
+        query = self._q.jobs_acquire_atomic if self._atomic_claim else self._q.jobs_acquire
+        jobs: list[Job] = []
+        has_more = False
+        for _attempt in range(ATOMIC_CLAIM_ATTEMPTS):
+            shape, rows = await self._rows(query, query_params, write=True)
+            jobs.extend(job for row in rows if (job := shape.job(row)) is not None)
+            has_more = bool(rows) and bool(shape.scalar(rows[0], "_has_more"))
+            lost = int(shape.scalar(rows[0], "_lost")) if rows and "_lost" in shape.scalars else 0
+            # Atomic-update claims lose candidates to concurrent claimers instead of skipping
+            # them; claim the rest again with a fresh snapshot (never needed with SKIP LOCKED).
+            if lost == 0 or len(jobs) >= params.limit:
+                break
+            query_params["limit"] = params.limit - len(jobs)
+        jobs.sort(key=claim_order(params.priority_aging))
+        return JobsAcquired(jobs=jobs, has_more=has_more)
+
+    async def _claim_limited(
+        self,
+        params: JobsAcquire,
+        type_names: list[str],
+        limited: Mapping[str, TypeLimits],
+        query_params: dict[str, Any],
+    ) -> JobsAcquired:
+        """Lock the limited types' type_control rows, then claim within their limits."""
+        query_params.update(_limit_params(type_names, limited))
+        lock_params = {"type_names": sorted(limited)}
+        jobs: list[Job] = []
+        has_more = False
+        held: tuple[str, ...] = ()
+        retry_at: datetime | None = None
+        if not self._atomic_claim:
+            # SKIP LOCKED never loses a candidate: one pipeline, one transaction.
+            shape, rows = await self._rows_after_lock(
+                self._q.type_control_lock, lock_params, self._q.jobs_acquire_limited, query_params
+            )
+            jobs, has_more, held, retry_at = _limited_result(shape, rows)
+        else:
+            query = self._q.jobs_acquire_atomic_limited
+            async with self._holding_locks():
+                shape, rows = await self._rows_after_lock(
+                    self._q.type_control_lock, lock_params, query, query_params
+                )
+                for _attempt in range(ATOMIC_CLAIM_ATTEMPTS):
+                    claimed, has_more, held, retry_at = _limited_result(shape, rows)
+                    jobs.extend(claimed)
+                    lost = int(shape.scalar(rows[0], "_lost"))
+                    if lost == 0 or len(jobs) >= params.limit:
+                        break
+                    # Still holding the rows: the retry sees this claim's own jobs and counts.
+                    query_params["limit"] = params.limit - len(jobs)
+                    shape, rows = await self._rows(query, query_params, write=True)
+        jobs.sort(key=claim_order(params.priority_aging))
+        return JobsAcquired(jobs=jobs, has_more=has_more, held_back=held, retry_at=retry_at)
+
+    def _holding_locks(self) -> AbstractAsyncContextManager[object]:
+        """Statements that must hold the type_control locks together: in autocommit, a
+        transaction of their own (BEGIN pipelined with the first statements)."""
+        return self._autocommit_transaction() if self._autocommit else _nothing()
+
+    @asynccontextmanager
+    async def _autocommit_transaction(self) -> AsyncIterator[None]:
+        with translated():
+            async with self._conn.pipeline(), self._conn.transaction():
+                yield
+
+
+@asynccontextmanager
+async def _nothing() -> AsyncIterator[None]:
+    yield
+
+
+def _limited_result(
+    shape: Shape, rows: list[Row]
+) -> tuple[list[Job], bool, tuple[str, ...], datetime | None]:
+    """(claimed jobs, has_more, held_back, retry_at) of a limited claim statement (always a row)."""
+    head = rows[0]
+    jobs = [job for row in rows if (job := shape.job(row)) is not None]
+    held = tuple(sorted(shape.scalar(head, "_held_back") or ()))
+    retry_at = shape.scalar(head, "_retry_at")
+    return jobs, bool(shape.scalar(head, "_has_more")), held, None if retry_at is None else utc(retry_at)
