@@ -51,6 +51,7 @@ from jobchain_postgres._lifecycle import LifecycleMixin
 from jobchain_postgres._listings import ListingsMixin
 from jobchain_postgres._results import check_now, owned_result, shape_of
 from jobchain_postgres._stats import StatsMixin
+from jobchain_postgres._waits import WaitsMixin
 from jobchain_postgres._workers import WorkersMixin
 from jobchain_postgres.errors import translated
 from jobchain_postgres.providers import AnyConnection
@@ -115,7 +116,9 @@ def _unique(values: Sequence[str]) -> list[str]:
     return list(dict.fromkeys(values))
 
 
-class PostgresStateTx(ClaimsMixin, ControlsMixin, LifecycleMixin, ListingsMixin, StatsMixin, WorkersMixin):
+class PostgresStateTx(
+    ClaimsMixin, ControlsMixin, WaitsMixin, LifecycleMixin, ListingsMixin, StatsMixin, WorkersMixin
+):
     """One open transaction (or savepoint) of a PostgreSQL state adapter.
 
     ``connection`` is the psycopg connection it runs on: your own SQL executed there commits or
