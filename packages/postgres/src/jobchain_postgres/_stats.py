@@ -94,6 +94,7 @@ def _type_stats(shape: Shape, row: Row, windows: Sequence[timedelta]) -> TypeSta
             for i, window in enumerate(windows)
         ),
         durations=durations,
+        paused=bool(figure("paused")),
     )
 
 

@@ -1,10 +1,11 @@
 -- queue_stats: queue health per job type at one instant (jobchain.stats), in one statement.
 -- Every row carries now, the first also the throughput buckets; each row with a type_name carries
 -- that type's figures (one row with a NULL type_name when no type is listed).
--- :type_names NULL lists every type that has a job; :windows are the recent periods; :buckets
+-- :type_names NULL lists every type that has a job or is paused; :windows are the recent periods; :buckets
 -- (0: no throughput) buckets of :step_us microseconds aligned to the epoch, the last holding now.
 -- Plan: every part reads an index, per type, and none reads every job:
--- * the types: a loose index scan of job_listing_type_name_idx (one descent per type);
+-- * the types: a loose index scan of job_listing_type_name_idx (one descent per type), and the
+--   paused types (type_control, one row per paused or rate-limited type);
 -- * pending, due, scheduled, oldest due: job_acquisition_idx, index-only;
 -- * running, expired leases: job_expired_lease_idx, index-only (a running job always has a
 --   lease: every claim sets leased_until and nothing clears it while the job runs);
@@ -28,7 +29,13 @@ known (type_name) AS (
 types AS MATERIALIZED (
     SELECT DISTINCT a.type_name FROM unnest(%(type_names)s::text[]) AS a (type_name)
     UNION ALL
-    SELECT k.type_name FROM known AS k WHERE %(type_names)s::text[] IS NULL AND k.type_name IS NOT NULL
+    SELECT u.type_name
+    FROM (
+        SELECT k.type_name FROM known AS k WHERE k.type_name IS NOT NULL
+        UNION
+        SELECT c.type_name FROM {type_control} AS c WHERE c.paused_at IS NOT NULL
+    ) AS u
+    WHERE %(type_names)s::text[] IS NULL
 ),
 windows AS MATERIALIZED (
     SELECT c.now - w.span AS since, w.ord
@@ -85,7 +92,10 @@ per_type AS (
         n.blocked, n.completed, n.failed, n.cancelled,
         w.completed AS recent_completed, w.failed AS recent_failed, w.cancelled AS recent_cancelled,
         x.names AS error_type_names, x.counts AS error_type_counts,
-        s.n AS sample_count, s.percentiles AS sample_percentiles, s.longest AS sample_max
+        s.n AS sample_count, s.percentiles AS sample_percentiles, s.longest AS sample_max,
+        EXISTS (
+            SELECT 1 FROM {type_control} AS q WHERE q.type_name = t.type_name AND q.paused_at IS NOT NULL
+        ) AS paused
     FROM clock AS c
     CROSS JOIN types AS t
     CROSS JOIN LATERAL (
@@ -165,7 +175,8 @@ SELECT c.now,
     CASE WHEN pt.rank IS NULL OR pt.rank = 1 THEN tp.failed END AS throughput_failed,
     pt.type_name, pt.pending, pt.due, pt.oldest_due_at, pt.running, pt.expired_leases, pt.blocked,
     pt.completed, pt.failed, pt.cancelled, pt.recent_completed, pt.recent_failed, pt.recent_cancelled,
-    pt.error_type_names, pt.error_type_counts, pt.sample_count, pt.sample_percentiles, pt.sample_max
+    pt.error_type_names, pt.error_type_counts, pt.sample_count, pt.sample_percentiles, pt.sample_max,
+    pt.paused
 FROM clock AS c
 CROSS JOIN throughput AS tp
 LEFT JOIN per_type AS pt ON true
