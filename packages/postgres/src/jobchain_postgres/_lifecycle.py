@@ -260,5 +260,6 @@ class LifecycleMixin:
                 )
                 for row in rows
                 if shape.scalar(row, "_chain_id") is not None
-            ]
+            ],
+            locks_deleted=int(shape.scalar(rows[0], "_locks_deleted") or 0),
         )

@@ -1,6 +1,8 @@
 -- chains_delete: delete chains (every job and blocker row); with :cascade, first add every chain
 -- that blocks a job of the set, recursively. All or nothing: when a job outside the set is blocked
--- by a chain inside it, delete nothing and list those references.
+-- by a chain inside it, delete nothing and list those references. An ordering_key row whose last
+-- chain is deleted goes too (unless a creation of that key holds it: its new root then takes the
+-- row over, or chains_prune's locks_before sweep deletes it later).
 -- Plan: recursive CTE over job_chain_index_idx and the job_blocker primary key; the doomed rows
 -- are locked FOR UPDATE in ctid (physical) order so concurrent deletions take locks in the same
 -- order and never deadlock.
@@ -44,6 +46,15 @@ gone AS (
     USING doomed
     WHERE j.id = doomed.id AND NOT EXISTS (SELECT 1 FROM refs)
     RETURNING j.*
+),
+gone_keys AS (
+    DELETE FROM {ordering_key} AS o
+    WHERE o.ctid IN (
+        SELECT x.ctid
+        FROM {ordering_key} AS x
+        JOIN gone AS g ON g.ordering_key = x.key AND g.id = x.last_chain_id AND g.chain_index = 0
+        FOR UPDATE OF x SKIP LOCKED
+    )
 )
 SELECT
     (SELECT array_agg(ARRAY[refs.chain_id::text, refs.job_id::text] ORDER BY refs.created_at, refs.job_id, refs.chain_id)

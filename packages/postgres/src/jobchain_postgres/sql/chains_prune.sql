@@ -5,11 +5,16 @@
 -- nothing is read or deleted. A candidate that blocks a job of a chain that is not a candidate is
 -- skipped before the limit applies (it never crowds out others); within the batch, a chain that
 -- blocks a job outside it, directly or through other chains of the batch (stuck), is kept for a
--- later batch. :locks_before also deletes deduplication lock rows last used before it (up to :limit).
+-- later batch. :locks_before also deletes deduplication lock rows last used before it (up to :limit),
+-- then, within what is left of :limit, ordering_key rows last used before it whose last chain is
+-- gone (pruned here or before); rows a creation holds are skipped (SKIP LOCKED), as are rows used
+-- since (a creation in flight dates its row now). _locks_deleted counts both kinds.
 -- Plan: job_listing_status_idx per status, bounded by created_at < cutoff (a job is created before
 -- it finishes), so the scan covers the rows old enough to qualify, not every finished job;
 -- job_chain_index_idx for the continuation check; job_blocker_chain_idx for the references. The
--- doomed rows are locked FOR UPDATE in ctid order, as chains_delete locks them.
+-- doomed rows are locked FOR UPDATE in ctid order, as chains_delete locks them. The two bookkeeping
+-- sweeps read their tables in physical order and stop at the limit (no index: a sweep with
+-- nothing to delete reads every row last used before :locks_before).
 WITH RECURSIVE
 lock AS MATERIALIZED (
     SELECT pg_try_advisory_xact_lock(hashtextextended(%(key)s::text, 0)) AS got
@@ -91,7 +96,7 @@ gone AS (
     DELETE FROM {job} AS j
     USING doomed
     WHERE j.id = doomed.id
-    RETURNING j.id
+    RETURNING j.id, j.chain_index, j.ordering_key
 ),
 gone_locks AS (
     DELETE FROM {deduplication_lock} AS k
@@ -104,9 +109,30 @@ gone_locks AS (
         LIMIT %(limit)s
         FOR UPDATE SKIP LOCKED
     )
+    RETURNING 1
+),
+gone_keys AS (
+    DELETE FROM {ordering_key} AS o
+    WHERE o.ctid IN (
+        SELECT x.ctid
+        FROM {ordering_key} AS x
+        WHERE (SELECT lock.got FROM lock)
+          AND %(locks_before)s::timestamptz IS NOT NULL
+          AND x.updated_at < %(locks_before)s::timestamptz
+          AND (
+              (x.key, x.last_chain_id) IN (
+                  SELECT g.ordering_key, g.id FROM gone AS g WHERE g.chain_index = 0 AND g.ordering_key IS NOT NULL
+              )
+              OR NOT EXISTS (SELECT 1 FROM {job} AS r WHERE r.id = x.last_chain_id)
+          )
+        LIMIT GREATEST(%(limit)s - (SELECT count(*) FROM gone_locks), 0)
+        FOR UPDATE SKIP LOCKED
+    )
+    RETURNING 1
 )
 SELECT
     (SELECT lock.got FROM lock) AS _got,
+    (SELECT count(*) FROM gone_locks) + (SELECT count(*) FROM gone_keys) AS _locks_deleted,
     (SELECT count(*) FROM gone) AS _jobs,
     d.chain_id::text AS _chain_id,
     d.chain_type_name AS _type_name,
