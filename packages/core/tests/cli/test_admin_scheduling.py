@@ -103,6 +103,16 @@ class TestPauseResume:
         assert paused_flags(shop.url) == {"charge": False, "place_order": False, "send_email": False}
 
 
+class TestHealth:
+    def test_a_paused_types_waiting_jobs_do_not_trip_the_due_age_probe(self, shop: Shop) -> None:
+        # The shop's due charge has waited 10 minutes.
+        assert cli(shop.url, "health", "--max-oldest-due-age", "1m").exit_code == 1
+        assert cli(shop.url, "pause", "charge", "--yes").exit_code == 0
+        result = cli(shop.url, "health", "--max-oldest-due-age", "1m")
+        assert result.exit_code == 0, result.output
+        assert "paused types left out: charge" in result.stdout
+
+
 class TestSchedules:
     def test_none_registered(self, shop: Shop) -> None:
         assert ok_json(shop.url, "schedules") == {"items": []}

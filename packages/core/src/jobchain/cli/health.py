@@ -53,8 +53,11 @@ def evaluate(
     checks: list[Check] = []
     if limits.max_oldest_due_age is not None:
         limit = limits.max_oldest_due_age
+        # A paused type's jobs wait on purpose: they would otherwise trip the probe.
         aged = [
-            (stats.now - t.oldest_due_at, t.type_name) for t in stats.types if t.oldest_due_at is not None
+            (stats.now - t.oldest_due_at, t.type_name)
+            for t in stats.types
+            if t.oldest_due_at is not None and not t.paused
         ]
         age, worst = max(aged) if aged else (None, "")
         detail = (
@@ -62,6 +65,9 @@ def evaluate(
             if age
             else "nothing due"
         )
+        paused = [t.type_name for t in stats.types if t.paused]
+        if paused:
+            detail += f" (paused types left out: {', '.join(paused)})"
         checks.append(
             Check(
                 name="oldest_due_age",
