@@ -6,10 +6,12 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import io
+import re
 from datetime import UTC, datetime, timedelta
 
 from rich.console import Console
 
+import jobchain
 from jobchain.cli.schedules import STALE_AFTER, schedules_table
 from jobchain.cli.stats import stats_view
 from jobchain.connect_backends import open_state
@@ -18,7 +20,7 @@ from jobchain.entities import ScheduleRecord
 from jobchain.stats import QueueStats, TypeStats
 
 from .helpers import cli, ok_json
-from .shop import Shop
+from .shop import CHARGE, TYPES, Shop
 
 SCHEDULE_FIELDS = {f.name for f in dataclasses.fields(ScheduleRecord)} | {"stale"}
 
@@ -101,6 +103,34 @@ class TestPauseResume:
             assert result.exit_code == 2, (args, result.output)
             assert "Traceback" not in result.output
         assert paused_flags(shop.url) == {"charge": False, "place_order": False, "send_email": False}
+
+
+def start_ordered(url: str) -> tuple[str, str]:
+    """Two charges with one ordering key, the first at priority 7; their ids."""
+
+    async def main() -> tuple[str, str]:
+        client = await jobchain.connect(url, notify="none", job_types=TYPES, migrate=False)
+        async with client, client.transaction() as tx:
+            first = await client.start_chain(tx, CHARGE, 1, priority=7, ordering_key="customer-42")
+            second = await client.start_chain(tx, CHARGE, 2, ordering_key="customer-42")
+        assert second.ordered_after == first.id
+        return first.id, second.id
+
+    return asyncio.run(main())
+
+
+class TestJobsShow:
+    def test_priority_and_ordering_key(self, shop: Shop) -> None:
+        first, second = start_ordered(shop.url)
+        shown = cli(shop.url, "jobs", "show", first)
+        assert shown.exit_code == 0, shown.output
+        assert re.search(r"priority\s+7", shown.stdout)
+        assert re.search(r"ordering key\s+customer-42", shown.stdout)
+        later = ok_json(shop.url, "jobs", "show", second)
+        assert (later["job"]["priority"], later["job"]["ordering_key"]) == (0, "customer-42")
+        assert later["job"]["status"] == "blocked"
+        assert [chain["id"] for chain in later["blockers"]] == [first]
+        assert "priority" not in cli(shop.url, "jobs", "show", shop.due).stdout  # 0: not shown
 
 
 class TestHealth:

@@ -147,3 +147,16 @@ async def test_schedules_page(browser: Browser, client: Client, seeded: Seeded) 
     assert "data-stale" in old
     assert "no catch-up" in old
     assert "<b>old</b>" not in page
+
+
+async def test_chain_page_shows_the_ordering_key_and_priority(browser: Browser, client: Client) -> None:
+    async with client.transaction() as tx:
+        first = await client.start_chain(tx, "send_email", {"to": "a"}, priority=9, ordering_key="<k>")
+        second = await client.start_chain(tx, "send_email", {"to": "b"}, ordering_key="<k>")
+    page = (await browser.get(f"/chains/{first.id}")).text
+    assert re.search(r'data-field="ordering-key">&lt;k&gt;', page)
+    assert 'data-field="priority">9<' in page
+    after = (await browser.get(f"/chains/{second.id}")).text
+    assert 'data-field="ordering-key"' in after
+    assert 'data-field="priority"' not in after  # the default 0 is not shown
+    assert f"/chains/{first.id}" in after  # its blocker: the key's previous chain

@@ -193,6 +193,10 @@ def job_panel(job: Job, blockers: list[Chain]) -> Panel:
         rows.append(("rescued", f"{when(job.rescued_at)} from {job.rescued_from} ({job.rescue_reason})"))
     if job.deduplication_key:
         rows.append(("deduplication key", Text(job.deduplication_key)))
+    if job.priority:
+        rows.append(("priority", str(job.priority)))
+    if job.ordering_key is not None:
+        rows.append(("ordering key", Text(job.ordering_key)))
     rows.append(("input", Text(json.dumps(job.input, ensure_ascii=False))))
     if job.output is not None:
         rows.append(("output", Text(json.dumps(job.output, ensure_ascii=False))))
