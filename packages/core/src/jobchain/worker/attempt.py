@@ -20,6 +20,10 @@ handler returns, together with the other attempts finishing meanwhile
 (:mod:`jobchain.worker.completer`); an exception after such a ``complete`` still means the
 job was not completed. In staged mode it is written with a group too, but ``complete``
 waits for that group's commit, exactly as it would wait for its own transaction.
+
+``wait_for(*chains)`` ends an attempt the third way: the job waits for chains (usually ones
+the handler just started) and its handler runs again, a new attempt, once they all ended
+(:meth:`Attempt.wait_for`, :mod:`jobchain.worker.waits`).
 """
 
 from __future__ import annotations
