@@ -18,6 +18,9 @@ from jobchain.contracts import (
     ChainsPrune,
     JobBlockersGet,
     JobComplete,
+    JobFail,
+    JobGet,
+    JobsRetry,
     JobsAcquire,
     JobsCreate,
     NewJob,
@@ -283,3 +286,35 @@ class TestOrderingRows:
         assert rows == [(second, first, 0, 1)]
         async with adapter.transaction() as tx:
             assert [c.id for c in await tx.job_blockers_get(JobBlockersGet(job_id=second))] == [first]
+
+
+class TestResolvedByAnyEnd:
+    """A blocker row with resolves_on_any_end (an ordering predecessor) through failure,
+    propagation, retry and unblocking, beside a declared blocker that does fail the job."""
+
+    async def test_a_failed_predecessor_never_fails_or_holds_the_job_its_declared_blocker_does(
+        self, adapter: SqliteStateAdapter
+    ) -> None:
+        predecessor, declared = await create(adapter, new_root("p", ordering_key="k"), new_root("d"))
+        [successor] = await create(adapter, new_root("s", ordering_key="k", blocker_chain_ids=[declared]))
+        later = T0 + timedelta(seconds=5)
+
+        async def run_and_fail(job_id: str, type_name: str) -> list[str]:
+            async with adapter.transaction() as tx:
+                await tx.jobs_acquire(
+                    JobsAcquire(type_names=[type_name], worker_id="w", lease_for=LEASE, now=later)
+                )
+                failed = await tx.job_fail(JobFail(job_id=job_id, error="boom", worker_id="w", now=later))
+            return [job.id for job in failed.failed_jobs]
+
+        assert await run_and_fail(predecessor, "p") == []  # resolved, but the declared one is open
+        assert await run_and_fail(declared, "d") == [successor]
+        async with adapter.transaction() as tx:
+            failed = await tx.job_get(JobGet(job_id=successor))
+            assert failed is not None
+            assert failed.failed_by_chain_id == declared
+            retried = await tx.jobs_retry(JobsRetry(job_ids=[declared], now=later))
+            assert [job.id for job in retried.reblocked] == [successor]  # the predecessor does not keep it
+            await tx.jobs_acquire(JobsAcquire(type_names=["d"], worker_id="w", lease_for=LEASE, now=later))
+            completed = await tx.job_complete(JobComplete(job_id=declared, worker_id="w", now=later))
+        assert [job.id for job in completed.unblocked_jobs] == [successor]
