@@ -20,9 +20,9 @@ from jobchain.contracts import (
     JobComplete,
     JobFail,
     JobGet,
-    JobsRetry,
     JobsAcquire,
     JobsCreate,
+    JobsRetry,
     NewJob,
 )
 from jobchain.contracts.scheduling import TypesPause
