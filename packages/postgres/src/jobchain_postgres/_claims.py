@@ -6,21 +6,18 @@ A claim of types without limits is one statement, as it always was (``sql/jobs_a
 ``type_control`` rows (``sql/type_control_lock.sql``) and then runs the limited statement in the
 same transaction, both in one pipeline (one round trip): claims of one limited type take turns,
 and each sees the ones before it. In autocommit the pipeline's single Sync makes the two one
-transaction; an atomic-update claim that must retry holds the lock in a transaction of its own.
+transaction; an atomic-update claim that must retry sends the pair again.
 """
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Callable, Mapping, Sequence
-from contextlib import AbstractAsyncContextManager, asynccontextmanager
+from collections.abc import Callable, Mapping, Sequence
 from datetime import datetime, timedelta
 from typing import Any
 
 from jobchain.contracts.state import JobsAcquire, JobsAcquired
 from jobchain.entities import Job, TypeLimits
 from jobchain_postgres._results import check_now
-from jobchain_postgres.errors import translated
-from jobchain_postgres.providers import AnyConnection
 from jobchain_postgres.queries import Queries
 from jobchain_postgres.rows import Row, Shape, utc
 
@@ -74,9 +71,7 @@ class ClaimsMixin:
     """``jobs_acquire``; the transaction class supplies the plumbing named below."""
 
     _q: Queries
-    _conn: AnyConnection
     _atomic_claim: bool
-    _autocommit: bool
 
     def _check(self, *, write: bool) -> None:
         raise NotImplementedError  # pragma: no cover - provided by PostgresStateTx
@@ -144,45 +139,24 @@ class ClaimsMixin:
         has_more = False
         held: tuple[str, ...] = ()
         retry_at: datetime | None = None
-        if not self._atomic_claim:
-            # SKIP LOCKED never loses a candidate: one pipeline, one transaction.
+        query = self._q.jobs_acquire_atomic_limited if self._atomic_claim else self._q.jobs_acquire_limited
+        for _attempt in range(ATOMIC_CLAIM_ATTEMPTS):
+            # Lock and claim in one pipeline: one round trip, one transaction (in autocommit the
+            # pipeline's single Sync ends both). An atomic-update claim that lost candidates
+            # claims the rest the same way: in autocommit its first part has committed and the
+            # lock is taken again; in a transaction the rows are still held (locking them again
+            # changes nothing) and the retry sees the claim's own jobs and counts.
             shape, rows = await self._rows_after_lock(
-                self._q.type_control_lock, lock_params, self._q.jobs_acquire_limited, query_params
+                self._q.type_control_lock, lock_params, query, query_params
             )
-            jobs, has_more, held, retry_at = _limited_result(shape, rows)
-        else:
-            query = self._q.jobs_acquire_atomic_limited
-            async with self._holding_locks():
-                shape, rows = await self._rows_after_lock(
-                    self._q.type_control_lock, lock_params, query, query_params
-                )
-                for _attempt in range(ATOMIC_CLAIM_ATTEMPTS):
-                    claimed, has_more, held, retry_at = _limited_result(shape, rows)
-                    jobs.extend(claimed)
-                    lost = int(shape.scalar(rows[0], "_lost"))
-                    if lost == 0 or len(jobs) >= params.limit:
-                        break
-                    # Still holding the rows: the retry sees this claim's own jobs and counts.
-                    query_params["limit"] = params.limit - len(jobs)
-                    shape, rows = await self._rows(query, query_params, write=True)
+            claimed, has_more, held, retry_at = _limited_result(shape, rows)
+            jobs.extend(claimed)
+            lost = int(shape.scalar(rows[0], "_lost")) if "_lost" in shape.scalars else 0
+            if lost == 0 or len(jobs) >= params.limit:
+                break
+            query_params["limit"] = params.limit - len(jobs)
         jobs.sort(key=claim_order(params.priority_aging))
         return JobsAcquired(jobs=jobs, has_more=has_more, held_back=held, retry_at=retry_at)
-
-    def _holding_locks(self) -> AbstractAsyncContextManager[object]:
-        """Statements that must hold the type_control locks together: in autocommit, a
-        transaction of their own (BEGIN pipelined with the first statements)."""
-        return self._autocommit_transaction() if self._autocommit else _nothing()
-
-    @asynccontextmanager
-    async def _autocommit_transaction(self) -> AsyncIterator[None]:
-        with translated():
-            async with self._conn.pipeline(), self._conn.transaction():
-                yield
-
-
-@asynccontextmanager
-async def _nothing() -> AsyncIterator[None]:
-    yield
 
 
 def _limited_result(

@@ -1,9 +1,9 @@
 -- jobs_acquire_atomic_limited: jobs_acquire_limited for claim="atomic-update" (no SKIP LOCKED),
 -- after type_control_lock in the same transaction. Candidates are picked without locks and the
 -- UPDATE re-checks each one, as in jobs_acquire_atomic.sql; _lost counts those another claimer
--- won meanwhile (only jobs of unlimited types can be: claims of a limited type take turns on its
--- type_control row), and the adapter claims again in the same transaction. Caps, the rate window
--- counter, _held_back and _retry_at as in jobs_acquire_limited.sql.
+-- won meanwhile (mostly jobs of unlimited types: claims of a limited type take turns on its
+-- type_control row), and the adapter sends type_control_lock and this statement again for the
+-- rest. Caps, the rate window counter, _held_back and _retry_at as in jobs_acquire_limited.sql.
 WITH clock AS MATERIALIZED (
     -- now in whole microseconds since the epoch (rounded: exact on every server version).
     SELECT round(extract(epoch FROM COALESCE(%(now)s::timestamptz, statement_timestamp())) * 1000000)::bigint AS us

@@ -9,7 +9,8 @@
 -- type_control (reset when the window moved). _held_back: the types a limit capped below :limit
 -- that claimed all it allowed; _retry_at: the earliest end of the current window among those a
 -- rate limit capped. Windows start at multiples of the period since the Unix epoch, in whole
--- microseconds. Running jobs are counted on job_expired_lease_idx (a running job has a lease).
+-- microseconds. Running jobs are counted on an index (job_expired_lease_idx or
+-- job_listing_status_idx: a running job always has a lease).
 WITH clock AS MATERIALIZED (
     -- now in whole microseconds since the epoch (rounded: exact on every server version).
     SELECT round(extract(epoch FROM COALESCE(%(now)s::timestamptz, statement_timestamp())) * 1000000)::bigint AS us
