@@ -228,14 +228,3 @@ async def test_prune_with_locks_before_deletes_entries_whose_last_chain_is_gone(
         assert again.locks_deleted == 0
     (fresh,) = await start(adapter, root("a"))
     assert fresh.ordered_after is None
-
-
-async def test_an_entry_last_used_at_or_after_locks_before_is_kept(adapter: MemoryStateAdapter) -> None:
-    (created,) = await start(adapter, root("a"))
-    async with adapter.transaction() as tx:
-        await tx.job_complete(JobComplete(job_id=created.job.id, now=T0))
-        pruned = await tx.chains_prune(ChainsPrune(completed_before=T0 + timedelta(days=1), locks_before=T0))
-        assert [chain.id for chain in pruned.chains] == [created.job.id]
-        assert pruned.locks_deleted == 0  # used at T0, not before it
-        later = await tx.chains_prune(ChainsPrune(locks_before=T0 + timedelta(microseconds=1)))
-        assert later.locks_deleted == 1

@@ -92,10 +92,9 @@ def chains_prune(ctx: Ctx, params: ChainsPrune) -> ChainsPruned:
     for jobs in members.values():
         for job in jobs:
             ctx.store.put(ctx.tx, job.id, None)
-    # Ordering entries last used before locks_before whose last chain is gone (this prune's or
-    # an earlier one's), as the SQL backends sweep their bookkeeping rows.
-    before = params.locks_before
-    locks_deleted = 0 if before is None else _ordering.prune_keys(ctx, before, params.limit)
+    # Ordering entries whose last chain is gone (this prune's or an earlier one's): only with
+    # locks_before, as the SQL backends sweep their bookkeeping rows.
+    locks_deleted = 0 if params.locks_before is None else _ordering.prune_keys(ctx, params.limit)
     return ChainsPruned(
         chains=[
             PrunedChain(

@@ -26,7 +26,7 @@ from typing import Any, TypeVar
 from jobchain.entities import Job, JobStatus, ScheduleRecord, WorkerInfo
 from jobchain.memory._registry import WorkerTable
 from jobchain.memory._sorted import SortedKeys
-from jobchain.memory._tables import AnyTable, KeyedTable, OrderingEntry, TypeControl
+from jobchain.memory._tables import AnyTable, KeyedTable, TypeControl
 
 NO_FLAGS: frozenset[str] = frozenset()
 Row = tuple[Job, tuple[str, ...], frozenset[str]]
@@ -138,7 +138,7 @@ class Store:
         self.running: dict[str, SortedKeys[LeaseKey]] = {}  # by type name
         self.leased: dict[str, set[str]] = {}  # worker id -> ids of the running jobs it leases
         self.workers = WorkerTable()
-        self.ordering: KeyedTable[OrderingEntry] = KeyedTable()  # key -> its last chain, and when
+        self.ordering: KeyedTable[str] = KeyedTable()  # ordering key -> the chain created last with it
         self.controls: KeyedTable[TypeControl] = KeyedTable()  # type name -> pause and rate window
         self.schedules: KeyedTable[ScheduleRecord] = KeyedTable()  # schedule name -> record
         self.created: SortedKeys[CreatedKey] = SortedKeys()

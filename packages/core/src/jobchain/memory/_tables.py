@@ -21,14 +21,6 @@ V = TypeVar("V")
 
 
 @dataclass(frozen=True, slots=True)
-class OrderingEntry:
-    """One ordering key's row: the chain created last with it, and when."""
-
-    last_chain_id: str
-    updated_at: datetime
-
-
-@dataclass(frozen=True, slots=True)
 class TypeControl:
     """One job type's control row: paused (since when) and its rate window counter."""
 

@@ -140,7 +140,7 @@ def _insert_root(ctx: Ctx, new: NewJob, now: datetime) -> JobCreated:
     """A new chain; one with an ordering key takes the key (a deduplicated start never gets here)."""
     if new.ordering_key is None:
         return _insert(ctx, new, new.id, 0, now)
-    previous = _ordering.take_key(ctx, new.ordering_key, new.id, now)
+    previous = _ordering.take_key(ctx, new.ordering_key, new.id)
     return _insert(ctx, new, new.id, 0, now, ordered_after=previous)
 
 
