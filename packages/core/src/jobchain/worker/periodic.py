@@ -71,7 +71,8 @@ class Scheduler:
         recovery: Backoff,
     ) -> None:
         self._client = client
-        self.schedules = dict(schedules)
+        # By name: every worker upserts the rows in one order, so registrations never deadlock.
+        self.schedules = dict(sorted(schedules.items()))
         self._worker_name = worker_name
         self._worker_id = worker_id
         self._emit = emit
