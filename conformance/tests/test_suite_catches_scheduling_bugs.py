@@ -7,7 +7,8 @@ it cannot (a claim that ignores priority, aging, a limit or a pause; creation wi
 ordering predecessor; propagation blind to the per-blocker flag) it swaps one named function
 of the reference (``jobchain.memory._claims``, ``_ordering``, ``_lifecycle``, ``_scheduling``)
 for the duration of one call and always puts back the original saved at import. Only the
-scheduling cases run against the variants, which keeps this run short.
+scheduling cases (and the scheduling model, for the variants it is listed under) run against
+the variants, which keeps this run short.
 """
 
 from __future__ import annotations
@@ -26,11 +27,11 @@ from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager, contextmanager
 
 import pytest
+from hypothesis import Phase, settings
 
-from jobchain.contracts.scheduling import JobWaited
-from jobchain.entities import TypeLimits
 from jobchain.memory import _claims, _lifecycle, _ordering, _scheduling
 from jobchain.memory.state import MemoryStateAdapter
+from jobchain_conformance.model import MODEL_SETTINGS
 from jobchain_conformance.suites.state_scheduling import SchedulingStateTests
 
 NAMES = [
@@ -299,7 +300,7 @@ class TickMovesBackTx(WrappedTx):
             return await self._inner.schedules_register(params)
 
 
-def scheduling_suite(tx_class):
+def scheduling_suite(tx_class, *, with_model=False):
     class Variant(WrappedAdapter):
         pass
 
@@ -312,28 +313,37 @@ def scheduling_suite(tx_class):
             yield adapter
             await adapter.close()
 
+        @pytest.fixture
+        def scheduling_model_settings(self):
+            return settings(MODEL_SETTINGS, phases=[Phase.generate], derandomize=True)
+
+    if not with_model:
+        Suite.test_adapter_agrees_with_reference_on_scheduling = None  # not collected
     return Suite
 
 
-TestCorrect = scheduling_suite(WrappedTx)
+TestCorrect = scheduling_suite(WrappedTx, with_model=True)
 TestIgnoresPriority = scheduling_suite(IgnoresPriorityTx)
 TestIgnoresAging = scheduling_suite(IgnoresAgingTx)
 TestExceedsMaxRunning = scheduling_suite(ExceedsMaxRunningTx)
-TestUnserializedLimits = scheduling_suite(UnserializedLimitsTx)
+TestUnserializedLimits = scheduling_suite(UnserializedLimitsTx, with_model=True)
 TestClaimsPaused = scheduling_suite(ClaimsPausedTx)
-TestIgnoresRateLimit = scheduling_suite(IgnoresRateLimitTx)
-TestUncountedRate = scheduling_suite(UncountedRateTx)
+TestIgnoresRateLimit = scheduling_suite(IgnoresRateLimitTx, with_model=True)
+TestUncountedRate = scheduling_suite(UncountedRateTx, with_model=True)
 TestKeyRunsTwoChains = scheduling_suite(KeyRunsTwoChainsTx)
 TestPropagationFailsSuccessor = scheduling_suite(PropagationFailsSuccessorTx)
-TestWaitCountsAttempt = scheduling_suite(WaitCountsAttemptTx)
+TestWaitCountsAttempt = scheduling_suite(WaitCountsAttemptTx, with_model=True)
 TestWaitIgnoresRunsAfterFailed = scheduling_suite(WaitIgnoresRunsAfterFailedTx)
 TestNextAvailableIgnoresPause = scheduling_suite(NextAvailableIgnoresPauseTx)
-TestStatsHidePause = scheduling_suite(StatsHidePauseTx)
+TestStatsHidePause = scheduling_suite(StatsHidePauseTx, with_model=True)
 TestTickMovesBack = scheduling_suite(TickMovesBackTx)
 TestPruneForgetsLiveKeys = scheduling_suite(PruneForgetsLiveKeysTx)
 '''
 
 # variant class → cases that must fail against it (and pass against the correct control).
+# The model (model_scheduling) runs derandomized against the control and the variants it is
+# listed under; with the settings of every suite it does not reach the others, whose named
+# example cases are their guard.
 MUST_FAIL = {
     "TestIgnoresPriority": [
         "test_higher_priority_is_claimed_first_whatever_the_creation_order",
@@ -356,6 +366,7 @@ MUST_FAIL = {
         "test_many_parallel_claimers_never_exceed_max_running",
     ],
     "TestUnserializedLimits": [
+        "test_adapter_agrees_with_reference_on_scheduling",
         "test_a_claim_beside_an_uncommitted_claim_at_the_limit_gets_nothing",
     ],
     "TestClaimsPaused": [
@@ -363,6 +374,7 @@ MUST_FAIL = {
         "test_a_resumed_type_is_claimed_again",
     ],
     "TestIgnoresRateLimit": [
+        "test_adapter_agrees_with_reference_on_scheduling",
         "test_at_most_limit_claims_start_in_a_window",
         "test_windows_are_aligned_on_the_epoch_not_on_the_first_claim",
         "test_held_back_types_are_in_name_order_and_retry_at_is_the_earliest_window_end",
@@ -370,6 +382,7 @@ MUST_FAIL = {
         "test_a_rate_limited_type_leaves_the_others_of_the_claim_alone",
     ],
     "TestUncountedRate": [
+        "test_adapter_agrees_with_reference_on_scheduling",
         "test_at_most_limit_claims_start_in_a_window",
         "test_completed_jobs_give_back_no_rate",
         "test_a_job_claimed_again_counts_again",
@@ -389,6 +402,7 @@ MUST_FAIL = {
         "test_with_runs_after_failed_a_failed_or_cancelled_chain_resolves_the_wait",
     ],
     "TestWaitCountsAttempt": [
+        "test_adapter_agrees_with_reference_on_scheduling",
         "test_a_chain_that_already_failed_fails_the_job_at_once_and_propagates",
         "test_the_job_is_blocked_with_its_lease_cleared_and_no_attempt_used",
         "test_the_job_runs_again_once_every_waited_chain_ends",
@@ -402,6 +416,7 @@ MUST_FAIL = {
         "test_next_available_leaves_a_paused_type_out",
     ],
     "TestStatsHidePause": [
+        "test_adapter_agrees_with_reference_on_scheduling",
         "test_queue_stats_marks_a_paused_type_and_lists_it_without_jobs",
     ],
     "TestTickMovesBack": [
@@ -432,7 +447,7 @@ pytestmark = [pytest.mark.timeout(900), pytest.mark.xdist_group("catches_schedul
 
 
 @pytest.fixture(scope="module")
-def outcomes(tmp_path_factory: pytest.TempPathFactory) -> Outcomes:
+def outcomes(tmp_path_factory: pytest.TempPathFactory, without_local_constants: None) -> Outcomes:
     """Run the scheduling cases once, in-process, against every variant; (class, case) → outcomes."""
     root = tmp_path_factory.mktemp("scheduling_variants")
     (root / "pytest.ini").write_text(INI)

@@ -12,6 +12,7 @@ import inspect
 
 import pytest
 
+from jobchain_conformance.model_scheduling import SchedulingModelTests
 from jobchain_conformance.suites._base import StateSuiteBase
 from jobchain_conformance.suites.state_scheduling_limits import (
     ConcurrentLimitTests,
@@ -42,6 +43,7 @@ MIXINS: tuple[type, ...] = (
     JobWaitTests,
     JobWaitRefusalTests,
     SchedulesRegisterTests,
+    SchedulingModelTests,
 )
 
 for _mixin in MIXINS:
@@ -66,6 +68,7 @@ class SchedulingStateTests(
     JobWaitTests,
     JobWaitRefusalTests,
     SchedulesRegisterTests,
+    SchedulingModelTests,
     StateSuiteBase,
 ):
     """Every scheduling-controls case of the state contract."""

@@ -123,8 +123,10 @@ class MaxRunningTests:
     ) -> None:
         await pending(state_adapter, 5, now=now)
         acquired = await acquire(state_adapter, now=now + SECOND, limit=2, type_limits=max_running(2))
-        # has_more is False too: the type is at its limit, so no job beyond it is eligible.
-        assert (len(acquired.jobs), acquired.held_back, acquired.has_more) == (2, (), False)
+        assert (len(acquired.jobs), acquired.held_back) == (2, ())
+        # JobsAcquire: eligible means "within the type's type_limits"; the type is now at its
+        # limit, so no job beyond the claimed ones is eligible and nothing more is waiting.
+        assert acquired.has_more is False, "has_more counted jobs of a type already at max_running"
 
     async def test_limits_apply_per_type(self, state_adapter: StateAdapter, now: datetime) -> None:
         await pending(state_adapter, 3, now=now, type_name="a")
