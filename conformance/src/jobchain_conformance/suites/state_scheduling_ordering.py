@@ -295,6 +295,7 @@ class ConcurrentOrderingTests:
             state_adapter,
             lambda tx: _create_keyed(tx, first, now=now),
             lambda tx: _create_keyed(tx, second, now=now),
+            grace=10.0,
         )
         assert race.second_ended_while_first_open, "a creation waited for another key's open creation"
         assert (race.first.ordered_after, race.second.ordered_after) == (None, None)

@@ -40,12 +40,15 @@ async def overlap(
     second: Callable[[StateTx], Awaitable[U]],
     *,
     outcome: Outcome = "commit",
+    grace: float = GRACE,
 ) -> Race[T, U]:
     """T1 runs ``first`` and stays open; T2 runs ``second``; after a grace period T1 ends with
     ``outcome``; both results are returned (T1's even when it rolled back).
 
     Whether T2 waited is recorded, not asserted: backends that cannot see T1's rows may
     answer at once as long as the answer is right, and single-writer backends always wait.
+    A case expecting T2 not to wait passes a long ``grace``: T1 is released as soon as T2
+    ends, so only a backend that wrongly waits spends it.
     """
     written, release = asyncio.Event(), asyncio.Event()
     first_result: list[T] = []
@@ -72,7 +75,7 @@ async def overlap(
             holder.result()  # surfaces the first transaction's own error
         assert written.is_set(), f"the first transaction did not write within {DEADLINE} s"
         contender = asyncio.create_task(t2())
-        done, _ = await asyncio.wait({contender}, timeout=GRACE)
+        done, _ = await asyncio.wait({contender}, timeout=grace)
         early = contender in done
         release.set()
         with suppress(RollbackError):
