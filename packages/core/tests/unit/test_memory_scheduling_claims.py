@@ -365,3 +365,23 @@ async def test_rolled_back_claims_and_pauses_leave_no_trace(adapter: MemoryState
     assert len(claimed) == 2
     # The window counter went back with the claims: two more fit in this window.
     assert len((await claim(adapter, "r", limit=5, limits=limits)).jobs) == 2
+
+
+async def test_the_priority_index_holds_exactly_the_pending_prioritized_jobs(
+    adapter: MemoryStateAdapter,
+) -> None:
+    plain, high, low = await create(adapter, new(), new(priority=5), new(priority=-5))
+
+    async def create_then_fail(tx: MemoryStateTx) -> None:
+        async with tx.savepoint() as sp:
+            await sp.jobs_create(JobsCreate(jobs=[new(priority=9)], now=T0))
+            raise BoomError
+
+    async with adapter.transaction() as tx:
+        with pytest.raises(BoomError):
+            await create_then_fail(tx)
+    store = adapter._store
+    assert [key[-1] for key in store.prioritized["t"]] == [high.id, low.id]
+    await claim(adapter, limit=1)
+    assert [key[-1] for key in store.prioritized["t"]] == [low.id]
+    assert {key[-1] for key in store.pending["t"]} == {plain.id, low.id}

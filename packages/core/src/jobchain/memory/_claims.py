@@ -26,7 +26,8 @@ from datetime import UTC, datetime
 
 from jobchain.contracts.state import JobsAcquire, JobsAcquired
 from jobchain.entities import Job, JobStatus, TypeLimits
-from jobchain.memory._store import PriorityKey, unique
+from jobchain.memory._indexkeys import PriorityKey
+from jobchain.memory._store import unique
 from jobchain.memory._tables import TypeControl
 from jobchain.memory._writes import Ctx
 

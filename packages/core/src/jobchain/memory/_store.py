@@ -23,7 +23,16 @@ from collections.abc import Iterable
 from datetime import datetime
 from typing import Any, TypeVar
 
-from jobchain.entities import Job, JobStatus, ScheduleRecord, WorkerInfo
+from jobchain.entities import Job, ScheduleRecord, WorkerInfo
+from jobchain.memory._indexkeys import (
+    LeaseKey,
+    PendingKey,
+    PriorityKey,
+    holder_of,
+    lease_key,
+    pending_key,
+    priority_key,
+)
 from jobchain.memory._registry import WorkerTable
 from jobchain.memory._sorted import SortedKeys
 from jobchain.memory._tables import AnyTable, KeyedTable, TypeControl
@@ -34,9 +43,6 @@ Row = tuple[Job, tuple[str, ...], frozenset[str]]
 resolve on any terminal status (``resolves_on_any_end``: ordering predecessors, waits with
 ``runs_after_failed``)."""
 
-PendingKey = tuple[datetime, datetime, str]  # (scheduled_at, created_at, id): acquisition order
-PriorityKey = tuple[int, datetime, datetime, str]  # (-priority, scheduled_at, created_at, id)
-LeaseKey = tuple[datetime, str]  # (leased_until, id): reaping order
 CreatedKey = tuple[datetime, str]  # (created_at, id): listing order
 ChainKey = tuple[int, str]  # (chain_index, id)
 Mark = tuple[int, int, int, int, int, int, int]
@@ -47,30 +53,6 @@ _IndexKey = TypeVar("_IndexKey", str, tuple[str, str])
 
 def created_key(job: Job) -> CreatedKey:
     return (job.created_at, job.id)
-
-
-def _pending_key(job: Job | None) -> PendingKey | None:
-    if job is None or job.status is not JobStatus.PENDING:
-        return None
-    return (job.scheduled_at, job.created_at, job.id)
-
-
-def _priority_key(job: Job | None) -> PriorityKey | None:
-    """Pending jobs with a priority other than 0 (the partial priority index of the SQL backends)."""
-    if job is None or job.status is not JobStatus.PENDING or job.priority == 0:
-        return None
-    return (-job.priority, job.scheduled_at, job.created_at, job.id)
-
-
-def _lease_key(job: Job | None) -> LeaseKey | None:
-    if job is None or job.status is not JobStatus.RUNNING or job.leased_until is None:
-        return None
-    return (job.leased_until, job.id)
-
-
-def _holder(job: Job | None) -> str | None:
-    """The worker whose lease the job runs under (None unless running)."""
-    return None if job is None or job.status is not JobStatus.RUNNING else job.leased_by
 
 
 class TxState:
@@ -385,25 +367,25 @@ class Store:
                 _discard_from(self.dedup, (job.deduplication_key, job.chain_type_name), job.id)
 
     def _reindex_state(self, old: Job | None, new: Job | None) -> None:
-        old_key, new_key = _pending_key(old), _pending_key(new)
+        old_key, new_key = pending_key(old), pending_key(new)
         if old_key != new_key:
             if old is not None and old_key is not None:
                 self.pending[old.type_name].discard(old_key)
             if new is not None and new_key is not None:
                 self.pending.setdefault(new.type_name, SortedKeys()).add(new_key)
-        old_priority, new_priority = _priority_key(old), _priority_key(new)
+        old_priority, new_priority = priority_key(old), priority_key(new)
         if old_priority != new_priority:
             if old is not None and old_priority is not None:
                 self.prioritized[old.type_name].discard(old_priority)
             if new is not None and new_priority is not None:
                 self.prioritized.setdefault(new.type_name, SortedKeys()).add(new_priority)
-        old_lease, new_lease = _lease_key(old), _lease_key(new)
+        old_lease, new_lease = lease_key(old), lease_key(new)
         if old_lease != new_lease:
             if old is not None and old_lease is not None:
                 self.running[old.type_name].discard(old_lease)
             if new is not None and new_lease is not None:
                 self.running.setdefault(new.type_name, SortedKeys()).add(new_lease)
-        old_holder, new_holder = _holder(old), _holder(new)
+        old_holder, new_holder = holder_of(old), holder_of(new)
         if old_holder != new_holder:
             if old is not None and old_holder is not None:
                 _discard_from(self.leased, old_holder, old.id)
