@@ -150,9 +150,10 @@ async def test_schedules_page(browser: Browser, client: Client, seeded: Seeded) 
 
 
 async def test_chain_page_shows_the_ordering_key_and_priority(browser: Browser, client: Client) -> None:
+    send_email = client.job_types.get("send_email")
     async with client.transaction() as tx:
-        first = await client.start_chain(tx, "send_email", {"to": "a"}, priority=9, ordering_key="<k>")
-        second = await client.start_chain(tx, "send_email", {"to": "b"}, ordering_key="<k>")
+        first = await client.start_chain(tx, send_email, {"to": "a"}, priority=9, ordering_key="<k>")
+        second = await client.start_chain(tx, send_email, {"to": "b"}, ordering_key="<k>")
     page = (await browser.get(f"/chains/{first.id}")).text
     assert re.search(r'data-field="ordering-key">&lt;k&gt;', page)
     assert 'data-field="priority">9<' in page
