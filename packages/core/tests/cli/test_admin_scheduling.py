@@ -90,6 +90,13 @@ class TestPauseResume:
             "not_paused": ["place_order"],
         }
 
+    def test_a_name_nothing_uses_gets_a_note(self, shop: Shop) -> None:
+        result = cli(shop.url, "pause", "chrage", "charge", "--yes")
+        assert result.exit_code == 0, result.output
+        assert "note: no job of type chrage exists and no live worker serves it" in result.stderr
+        assert "charge exists" not in result.stderr
+        assert paused_flags(shop.url, "chrage")["chrage"] is True  # paused all the same
+
     def test_resume_asks_too(self, shop: Shop) -> None:
         assert cli(shop.url, "pause", "charge", "--yes").exit_code == 0
         declined = cli(shop.url, "resume", "charge", input="n\n")

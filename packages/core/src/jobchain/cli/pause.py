@@ -15,6 +15,7 @@ import click
 from jobchain.cli.bulk import confirm, plural
 from jobchain.cli.common import json_option, notify_option, open_client, run, state_option, yes_option
 from jobchain.cli.render import emit_json, when
+from jobchain.client import Client
 from jobchain.entities import PausedType
 from jobchain.errors import InvalidArgumentError
 from jobchain.job_types import validate_type_name
@@ -39,6 +40,17 @@ def _listed(names: list[str]) -> str:
     return ", ".join(names)
 
 
+async def unknown_types(client: Client, names: list[str]) -> list[str]:
+    """The names among ``names`` with no job at all and no live worker serving them."""
+    stats = await client.queue_stats(type_names=names, windows=())
+    served = {
+        name
+        for worker in await client.list_workers(states=["running", "draining"])
+        for name in worker.type_names
+    }
+    return [row.type_name for row in stats.types if row.type_name not in served and row.total == 0]
+
+
 @click.command("pause")
 @click.argument("type_names", nargs=-1, required=True, type=TYPE_NAME, metavar="TYPE...")
 @yes_option
@@ -51,13 +63,22 @@ def pause_command(
     """Pause job types: no worker claims them until `jobchain resume`. Running jobs finish;
     new jobs are accepted and wait. Asks first (--yes skips)."""
     names = list(dict.fromkeys(type_names))
-    confirm(
-        f"Pause {plural(len(names), 'job type')} ({_listed(names)})? No worker claims them until resumed.",
-        yes,
-    )
 
     async def main() -> list[PausedType]:
         async with open_client(state, notify) as client:
+            unknown = await unknown_types(client, names)
+            if unknown:
+                # Any name can be paused; a typo would otherwise pause nothing that exists.
+                click.echo(
+                    f"note: no job of type {_listed(unknown)} exists and no live worker serves it "
+                    "(check the name)",
+                    err=True,
+                )
+            confirm(
+                f"Pause {plural(len(names), 'job type')} ({_listed(names)})? "
+                "No worker claims them until resumed.",
+                yes,
+            )
             return await client.pause(*names)
 
     paused = run(main(), state=state)
