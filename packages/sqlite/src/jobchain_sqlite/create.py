@@ -73,12 +73,8 @@ def _validate(jobs: list[NewJob]) -> bool:
                 validate_id(chain_id)
         if job.deduplication is not None or job.runs_after_failed_blockers:
             plain = False
-        if job.ordering_key is not None:
+        if job.ordering_key is not None:  # a continuation's is ignored (roots only carry keys)
             plain = False
-            if job.chain_id is not None:
-                raise InvalidArgumentError(
-                    f"continuation {job.id} carries no ordering key (only a chain's first job has one)"
-                )
     return plain
 
 
@@ -104,7 +100,9 @@ def _lookup_items(jobs: list[NewJob], now: datetime) -> str:
 
 async def _lookup(ctx: TxContext, jobs: list[NewJob], now: datetime) -> _Lookup:
     blocker_ids = list(dict.fromkeys(c for job in jobs for c in job.blocker_chain_ids))
-    keys = list(dict.fromkeys(job.ordering_key for job in jobs if job.ordering_key is not None))
+    keys = list(
+        dict.fromkeys(j.ordering_key for j in jobs if j.ordering_key is not None and j.chain_id is None)
+    )
     rows = await ctx.fetch(
         ctx.q.jobs_create_lookup,
         {
@@ -337,7 +335,7 @@ def _ordering(
     previous: dict[str, str | None] = {}
     for job_id, i in inserted.items():
         key = jobs[i].ordering_key
-        if key is None:
+        if key is None or jobs[i].chain_id is not None:
             continue
         before = last.get(key)
         previous[key] = before
@@ -378,7 +376,7 @@ def _insert_item(job: NewJob, now: datetime, now_text: str, *, status: str) -> l
         dump_json(job.trace_context, "trace_context"),
         dump_json(job.chain_trace_context, "chain_trace_context"),
         job.priority,
-        job.ordering_key,
+        job.ordering_key if job.chain_id is None else None,
     ]
 
 
@@ -415,7 +413,7 @@ def _inserted_job(job: NewJob, item: list[Any], created_at: datetime, now_text: 
         chain_trace_context=_stored(job.chain_trace_context, item[10]),
         runs_after_failed_blockers=job.runs_after_failed_blockers,
         priority=job.priority,
-        ordering_key=job.ordering_key,
+        ordering_key=item[12],
     )
 
 
