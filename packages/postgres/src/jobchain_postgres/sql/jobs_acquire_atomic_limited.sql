@@ -144,9 +144,12 @@ SELECT
     (SELECT count(*) FROM chosen) - (SELECT count(*) FROM claimed) AS _lost,
     (SELECT count(*) FROM claimed) = %(limit)s AND EXISTS (
         SELECT 1 FROM {job} AS m
+        -- Only types that may start more: unlimited, or with room left after this claim.
         WHERE m.type_name = ANY (ARRAY(
-                  SELECT t.type_name FROM capped AS t
-                  WHERE t.type_name NOT IN (SELECT held.type_name FROM held)
+                  SELECT t.type_name
+                  FROM capped AS t
+                  LEFT JOIN counted ON counted.type_name = t.type_name
+                  WHERE COALESCE(LEAST(t.running_left, t.rate_left) - COALESCE(counted.n, 0) > 0, true)
               ))
           AND m.status = 'pending'
           AND m.scheduled_at <= COALESCE(%(now)s::timestamptz, statement_timestamp())

@@ -8,9 +8,10 @@
 -- overall. The claimed count of each rate-limited type is added to its window counter in
 -- type_control (reset when the window moved). _held_back: the types a limit capped below :limit
 -- that claimed all it allowed; _retry_at: the earliest end of the current window among those a
--- rate limit capped. Windows start at multiples of the period since the Unix epoch, in whole
--- microseconds. Running jobs are counted on an index (job_expired_lease_idx or
--- job_listing_status_idx: a running job always has a lease).
+-- rate limit capped; _has_more: more due jobs wait beyond :limit among the types that may start
+-- more (no limit, or room left after this claim). Windows start at multiples of the period since
+-- the Unix epoch, in whole microseconds. Running jobs are counted on an index
+-- (job_expired_lease_idx or job_listing_status_idx: a running job always has a lease).
 WITH clock AS MATERIALIZED (
     -- now in whole microseconds since the epoch (rounded: exact on every server version).
     SELECT round(extract(epoch FROM COALESCE(%(now)s::timestamptz, statement_timestamp())) * 1000000)::bigint AS us
@@ -151,9 +152,12 @@ held AS (
 SELECT
     (SELECT count(*) FROM claimed) = %(limit)s AND EXISTS (
         SELECT 1 FROM {job} AS m
+        -- Only types that may start more: unlimited, or with room left after this claim.
         WHERE m.type_name = ANY (ARRAY(
-                  SELECT t.type_name FROM capped AS t
-                  WHERE t.type_name NOT IN (SELECT held.type_name FROM held)
+                  SELECT t.type_name
+                  FROM capped AS t
+                  LEFT JOIN counted ON counted.type_name = t.type_name
+                  WHERE COALESCE(LEAST(t.running_left, t.rate_left) - COALESCE(counted.n, 0) > 0, true)
               ))
           AND m.status = 'pending'
           AND m.scheduled_at <= COALESCE(%(now)s::timestamptz, statement_timestamp())
