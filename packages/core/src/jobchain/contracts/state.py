@@ -422,7 +422,11 @@ class ChainsPrune:
     it, as in :class:`ChainsDelete`; a qualifying chain that blocks a job outside the deleted
     set is skipped (kept until its dependents go). A qualifying chain that blocks a job of a
     chain that does not qualify is left out before the ``limit`` oldest are chosen, so it never
-    crowds out the chains behind it. One caller at a time: a call that finds
+    crowds out the chains behind it. A reference through a ``resolves_on_any_end`` blocker
+    (an ordering-key predecessor, a ``JobWait(runs_after_failed=True)``) never holds a
+    qualifying chain back: that blocker is resolved by the chain being terminal, so the chain
+    is deleted together with those blocker rows (the dependent keeps its other blockers) —
+    otherwise a key that keeps getting chains would never lose its history. One caller at a time: a call that finds
     another prune in progress returns at once with ``busy=True`` and deletes nothing.
     ``locks_before`` also deletes up to ``limit`` deduplication bookkeeping rows (where the
     adapter keeps any) last used before it, and ordering-key rows whose last chain is gone.
