@@ -426,8 +426,9 @@ class ChainsPrune:
     (an ordering-key predecessor, a ``JobWait(runs_after_failed=True)``) never holds a
     qualifying chain back: that blocker is resolved by the chain being terminal, so the chain
     is deleted together with those blocker rows (the dependent keeps its other blockers) —
-    otherwise a key that keeps getting chains would never lose its history. One caller at a time: a call that finds
-    another prune in progress returns at once with ``busy=True`` and deletes nothing.
+    otherwise a key that keeps getting chains would never lose its history. One caller at a
+    time: a call that finds another prune in progress returns at once with ``busy=True`` and
+    deletes nothing.
     ``locks_before`` also deletes up to ``limit`` deduplication bookkeeping rows (where the
     adapter keeps any) last used before it, and ordering-key rows whose last chain is gone.
     """
