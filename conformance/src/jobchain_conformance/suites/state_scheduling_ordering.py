@@ -328,6 +328,24 @@ class OrderingRetentionTests:
         second = await keyed(state_adapter, now=now + 2 * SECOND)
         assert (second.ordered_after, second.job.status) == (None, JobStatus.PENDING)
 
+    async def test_an_ended_predecessor_is_pruned_though_the_next_chain_of_the_key_names_it(
+        self, state_adapter: StateAdapter, now: datetime
+    ) -> None:
+        # ChainsPrune: a reference through a resolves_on_any_end blocker never holds a chain
+        # back, or a key that keeps getting chains would never lose its history.
+        first = (await keyed(state_adapter, now=now)).job
+        await complete(state_adapter, first.id, now=now)
+        second = (await keyed(state_adapter, now=now + SECOND)).job
+        declared = await start(state_adapter, now=now, type_name="declared")
+        await complete(state_adapter, declared.id, now=now)
+        third = (await keyed(state_adapter, now=now + SECOND, blocker_chain_ids=[declared.id])).job
+        pruned = await prune(state_adapter, ChainsPrune(completed_before=now + SECOND))
+        assert sorted(chain.id for chain in pruned.chains) == [first.id]
+        assert (await get_job(state_adapter, second.id)).status is JobStatus.PENDING
+        assert await blockers_of(state_adapter, second.id) == []
+        assert [chain.id for chain in await blockers_of(state_adapter, third.id)] == [declared.id, second.id]
+        assert (await keyed(state_adapter, now=now + 2 * SECOND)).ordered_after == third.id
+
     async def test_locks_deleted_is_at_most_the_limit(
         self, state_adapter: StateAdapter, now: datetime
     ) -> None:
