@@ -249,3 +249,19 @@ async def test_a_failed_previous_chain_never_refuses_a_retry(pg_state: PostgresS
     assert [(j.id, j.status) for j in retried.reblocked] == [(second.id, JobStatus.BLOCKED)]
     completed = await run_to_end(pg_state, declared.id)
     assert [j.id for j in completed.unblocked_jobs] == [second.id]
+
+
+async def test_a_keyed_root_created_failed_releases_the_next_root_of_its_batch(
+    pg_state: PostgresStateAdapter,
+) -> None:
+    broken = root("b")
+    await create(pg_state, broken)
+    await run_to_end(pg_state, broken.id, fail=True)
+    first = root(ordering_key="k", blocker_chain_ids=[broken.id])
+    second = root(ordering_key="k")
+    created = await create(pg_state, first, second)
+    assert [c.job.status for c in created] == [JobStatus.FAILED, JobStatus.PENDING]
+    assert [c.ordered_after for c in created] == [None, first.id]
+    assert created[1].incomplete_blocker_chain_ids == ()
+    async with pg_state.transaction(read_only=True) as tx:
+        assert await tx.job_get(JobGet(job_id=second.id)) == created[1].job

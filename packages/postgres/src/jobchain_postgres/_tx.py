@@ -334,9 +334,13 @@ class PostgresStateTx(
         self, params: JobsCreate, results: list[JobCreated], now: datetime | None
     ) -> list[JobCreated]:
         """Jobs of the batch blocked by a chain the batch created failed (a blocker chain of
-        its had failed) follow it, as after a failure: one more round trip, only then."""
+        its had failed) follow it, as after a failure — or are released by it, when it is their
+        ordering key's previous chain: one more round trip, only then."""
         ended = {r.job.chain_id for r in results if r.job.status is JobStatus.FAILED and not r.deduplicated}
-        if not ended or not any(ended.intersection(job.blocker_chain_ids) for job in params.jobs):
+        if not ended or not any(
+            ended.intersection(job.blocker_chain_ids) or result.ordered_after in ended
+            for job, result in zip(params.jobs, results, strict=True)
+        ):
             return results
         origins = ",".join(f"{chain_id}:failed" for chain_id in sorted(ended))
         *_, (shape, rows) = await self._pipeline(
