@@ -265,3 +265,13 @@ async def test_a_keyed_root_created_failed_releases_the_next_root_of_its_batch(
     assert created[1].incomplete_blocker_chain_ids == ()
     async with pg_state.transaction(read_only=True) as tx:
         assert await tx.job_get(JobGet(job_id=second.id)) == created[1].job
+
+
+async def test_a_group_commit_releases_the_next_chain_of_each_key(pg_state: PostgresStateAdapter) -> None:
+    firsts = [root(ordering_key=key) for key in ("a", "b")]
+    nexts = [root(ordering_key=key) for key in ("a", "b")]
+    await create(pg_state, *firsts, *nexts)
+    async with pg_state.transaction() as tx:
+        results = await tx.jobs_complete([JobComplete(job_id=j.id, output=1, now=NOW) for j in firsts])
+    released = [[j.id for j in r.unblocked_jobs] for r in results if not isinstance(r, Exception)]
+    assert released == [[nexts[0].id], [nexts[1].id]]
