@@ -223,3 +223,34 @@ class WaitForTests(IntegrationSuiteBase):
             )
         assert runs == [1]
         assert failed.failed_by_chain_id is not None
+
+    async def test_the_next_attempt_reads_declared_then_waited_blockers_in_order(
+        self, env: IntegrationEnv
+    ) -> None:
+        types = JobTypes()
+        source = types.define("source", input=Num, output=Total, entry=True)
+        merge = types.define("merge", input=Num, output=Total, entry=True)
+        procs = Processors()
+        seen: list[list[int]] = []
+
+        @procs.handler(source)
+        async def produce(attempt: Attempt[Num, Total]) -> Completed:
+            return await attempt.complete(Total(total=attempt.input.n))
+
+        @procs.handler(merge)
+        async def combine(attempt: Attempt[Num, Total]) -> Completed:
+            blockers = await attempt.blockers()
+            seen.append([chain.output["total"] for chain in blockers])
+            if len(blockers) == 1:
+                later = await attempt.start_chain(source, Num(n=2))
+                return await attempt.wait_for(later, blockers[0])  # a declared one is not added twice
+            return await attempt.complete(Total(total=sum(chain.output["total"] for chain in blockers)))
+
+        client = env.client(types)
+        async with env.worker(client, procs, concurrency=2):
+            first = await env.start(client, source, Num(n=1))
+            await env.await_chain(client, first.id)
+            started = await env.start(client, merge, Num(n=0), blockers=[first])
+            chain = await env.await_chain(client, started.id)
+        assert seen == [[1], [1, 2]]
+        assert chain.output == {"total": 3}
