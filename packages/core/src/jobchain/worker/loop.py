@@ -50,7 +50,7 @@ from jobchain.worker.processors import (
 )
 from jobchain.worker.reaper import Reaper
 from jobchain.worker.retention import Pruner, Retention
-from jobchain.worker.settings import WorkerSettings, count_setting, positive_seconds
+from jobchain.worker.settings import WorkerSettings, aging_setting, count_setting, positive_seconds
 from jobchain.worker.slots import Slots
 from jobchain.worker.wakeups import WakeUps
 
@@ -169,7 +169,7 @@ class Worker(WorkerEvents):
             else None
         )
         self._type_names = sorted(self._processors)
-        self.priority_aging = _aging(priority_aging)
+        self.priority_aging = aging_setting(priority_aging)
         self._scheduler = (
             Scheduler(client, schedules, name, self.worker_id, emit=self._emit, recovery=recovery)
             if schedules
@@ -416,14 +416,6 @@ class Worker(WorkerEvents):
     def _heartbeat_fatal(self, error: BaseException) -> None:
         self._fatal = error
         self._wake.set()
-
-
-def _aging(value: timedelta | float) -> timedelta:
-    if isinstance(value, (int, float)) and not isinstance(value, bool):
-        value = timedelta(seconds=positive_seconds("priority_aging", value))
-    if not isinstance(value, timedelta) or value <= timedelta(0):
-        raise InvalidArgumentError(f"priority_aging must be a positive timedelta, got {value!r}")
-    return value
 
 
 def _retrieve(task: asyncio.Task[None]) -> None:

@@ -100,3 +100,12 @@ def count_setting(name: str, value: int, minimum: int) -> int:
     if not isinstance(value, int) or isinstance(value, bool) or value < minimum:
         raise InvalidArgumentError(f"{name} must be an integer >= {minimum}, got {value!r}")
     return value
+
+
+def aging_setting(value: timedelta | float) -> timedelta:
+    """``Worker(priority_aging=)`` as a positive timedelta (seconds accepted), else InvalidArgumentError."""
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        value = timedelta(seconds=positive_seconds("priority_aging", value))
+    if not isinstance(value, timedelta) or value <= timedelta(0):
+        raise InvalidArgumentError(f"priority_aging must be a positive timedelta, got {value!r}")
+    return value
