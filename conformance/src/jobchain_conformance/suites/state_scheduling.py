@@ -26,6 +26,7 @@ from jobchain_conformance.suites.state_scheduling_ordering import (
 )
 from jobchain_conformance.suites.state_scheduling_pause import PausedVisibilityTests, PauseTests
 from jobchain_conformance.suites.state_scheduling_priority import AgingTests, PriorityTests
+from jobchain_conformance.suites.state_scheduling_prune import AnyEndPruneTests
 from jobchain_conformance.suites.state_scheduling_schedules import SchedulesRegisterTests
 from jobchain_conformance.suites.state_scheduling_wait import JobWaitRefusalTests, JobWaitTests
 
@@ -40,6 +41,7 @@ MIXINS: tuple[type, ...] = (
     OrderingKeyTests,
     ConcurrentOrderingTests,
     OrderingRetentionTests,
+    AnyEndPruneTests,
     JobWaitTests,
     JobWaitRefusalTests,
     SchedulesRegisterTests,
@@ -65,6 +67,7 @@ class SchedulingStateTests(
     OrderingKeyTests,
     ConcurrentOrderingTests,
     OrderingRetentionTests,
+    AnyEndPruneTests,
     JobWaitTests,
     JobWaitRefusalTests,
     SchedulesRegisterTests,

@@ -73,6 +73,8 @@ def chains_prune(ctx: Ctx, params: ChainsPrune) -> ChainsPruned:
     Chains that block a job of a chain that will not go (now or, transitively, ever under
     these cutoffs) are left out before the batch is chosen, so they never crowd out the
     chains behind them; within the batch, a chain blocking a job outside it is kept too.
+    Only references that :func:`holds_back` counts: a ``resolves_on_any_end`` blocker row
+    (an ordering predecessor, a wait that runs after failure) goes with its chain instead.
     """
     store = ctx.store
     if store.pruner is not None and store.pruner is not ctx.tx:
@@ -89,6 +91,7 @@ def chains_prune(ctx: Ctx, params: ChainsPrune) -> ChainsPruned:
     for jobs in members.values():
         for job in jobs:
             ctx.lock(job.id)  # a concurrent insert blocked by one of these chains: wait for it
+    drop_references(ctx, batch)
     for jobs in members.values():
         for job in jobs:
             ctx.store.put(ctx.tx, job.id, None)
@@ -137,14 +140,44 @@ def _qualifying(view: View, params: ChainsPrune) -> dict[str, Job]:
     return found
 
 
+def holds_back(view: View, job: Job, chain_id: str) -> bool:
+    """Whether ``job``'s blocker row on ``chain_id`` keeps that (terminal) chain from going.
+
+    Every row but a ``resolves_on_any_end`` one: that blocker is resolved by the chain being
+    terminal, so the row is deleted with the chain (:func:`drop_references`).
+    """
+    return chain_id not in view.any_end(job.id)
+
+
+def drop_references(ctx: Ctx, chain_ids: set[str]) -> None:
+    """Delete the blocker rows that jobs of other chains hold on ``chain_ids`` (about to go).
+
+    Only rows :func:`holds_back` lets go remain there; each dependent keeps its other blockers.
+    """
+    view = ctx.view
+    dropped: dict[str, set[str]] = {}
+    for chain_id in chain_ids:
+        for job in view.dependents(chain_id):
+            if job.chain_id not in chain_ids:
+                dropped.setdefault(job.id, set()).add(chain_id)
+    for job_id in sorted(dropped):
+        gone = dropped[job_id]
+        blockers = tuple(chain_id for chain_id in view.blockers(job_id) if chain_id not in gone)
+        ctx.store.put_blockers(ctx.tx, job_id, blockers, view.any_end(job_id) - gone)
+
+
 def _closed(view: View, chain_ids: set[str]) -> set[str]:
-    """The largest subset of ``chain_ids`` none of whose chains blocks a job of a chain outside it."""
+    """The largest subset of ``chain_ids`` none of whose chains blocks a job of a chain outside
+    it through a row that :func:`holds_back`."""
     kept = set(chain_ids)
     changed = True
     while changed:
         changed = False
         for chain_id in sorted(kept):
-            if any(job.chain_id not in kept for job in view.dependents(chain_id)):
+            if any(
+                job.chain_id not in kept and holds_back(view, job, chain_id)
+                for job in view.dependents(chain_id)
+            ):
                 kept.discard(chain_id)
                 changed = True
     return kept
