@@ -1,6 +1,6 @@
 """The claim's plans with the scheduling controls (EXPLAIN, never timings): every claim statement
 reads job_acquisition_idx and job_priority_idx in index order, never scans the job table and never
-sorts more than its three prefixes per type; and each operation is one round trip."""
+sorts more than its two prefixes per type; and each operation is one round trip."""
 
 from __future__ import annotations
 
@@ -101,11 +101,11 @@ async def test_claims_read_both_indexes_in_order_and_sort_only_the_prefixes(
     assert "jobchain_job_acquisition_idx" in text, text
     assert "jobchain_job_priority_idx" in text, text
     assert not re.search(r"Seq Scan on jobchain_job\b", text), text
-    # Every sort is of the candidates (at most three prefixes of LIMIT rows per type), never of
+    # Every sort is of the candidates (at most two prefixes of LIMIT rows per type), never of
     # the pending set: the rows entering each Sort node stay within that bound.
     sorted_rows = [int(rows) for rows in re.findall(r"Sort \(actual time=\S+ rows=(\d+)", text)]
     assert sorted_rows, text
-    assert max(sorted_rows) <= 3 * LIMIT * len(TYPES), text
+    assert max(sorted_rows) <= 2 * LIMIT * len(TYPES), text
     for line in text.splitlines():
         if "Sort Key:" in line:
             assert not re.search(r"\bj(_\d+)?\.", line), line  # no sort on a job-table alias

@@ -4,17 +4,19 @@
 -- type_control row with paused_at) are left out. Types with limits: jobs_acquire_limited.sql.
 -- Claim order (JobsAcquire): aged jobs (due since :now - :aging or earlier) first, FIFO; then the
 -- others by priority descending, FIFO within a priority. Per type, the first :limit jobs in that
--- order are always among three index-ordered prefixes of at most :limit rows each:
+-- order are always among two index-ordered prefixes of at most :limit rows each:
 --   C1 job_acquisition_idx (FIFO), skipping the jobs of negative priority that are not aged yet
 --      (so its scan reads past at most the negative-priority jobs that became due within :aging);
---   C2 job_priority_idx, priority > 0, by priority descending then FIFO;
---   C3 job_priority_idx, priority < 0, likewise.
--- A job ahead of one in the claim order is ahead of it in the prefix that holds it, so nothing
--- the claim takes is missed; only the union (at most 3 x :limit rows per type) is sorted, never the
--- pending set. job_priority_idx holds only jobs of priority <> 0: empty while nobody uses
--- priorities, when C2 and C3 are one empty index probe each.
+--   C2 job_priority_idx (priority <> 0), by priority descending then FIFO.
+-- Every job ahead of a wanted job in the prefix that holds it is ahead of it in the claim order
+-- too (in C1: aged jobs and jobs of priority >= 0 due earlier; in C2: higher priorities, aged
+-- jobs, and its own priority due earlier), so a job among the first :limit in the claim order is
+-- among the first :limit of its prefix: aged jobs and priority 0 in C1, the others in C2 (the
+-- design notes' third prefix, priority < 0 alone, is not needed). Only the union (at most
+-- 2 x :limit rows per type) is sorted, never the pending set. job_priority_idx holds only jobs of
+-- priority <> 0: empty while nobody uses priorities, when C2 is one empty index probe.
 -- Plan: one ordered index scan per prefix and type (LATERAL); FOR UPDATE SKIP LOCKED, so concurrent
--- claimers neither wait for nor share a row. Leaky: a claim locks up to 3 x :limit rows per type
+-- claimers neither wait for nor share a row. Leaky: a claim locks up to 2 x :limit rows per type
 -- until commit; those it does not claim stay pending and other claimers skip them until this
 -- transaction ends.
 WITH candidates AS (
@@ -40,24 +42,12 @@ WITH candidates AS (
             FROM {job} AS j
             WHERE j.type_name = t.type_name
               AND j.status = 'pending'
-              AND j.priority > 0
+              AND j.priority <> 0
               AND j.scheduled_at <= COALESCE(%(now)s::timestamptz, statement_timestamp())
             ORDER BY j.type_name, j.priority DESC, j.scheduled_at, j.created_at, j.id
             LIMIT %(limit)s
             FOR UPDATE SKIP LOCKED
         ) AS c2
-        UNION
-        SELECT c3.* FROM (
-            SELECT j.id, j.scheduled_at, j.created_at, j.priority
-            FROM {job} AS j
-            WHERE j.type_name = t.type_name
-              AND j.status = 'pending'
-              AND j.priority < 0
-              AND j.scheduled_at <= COALESCE(%(now)s::timestamptz, statement_timestamp())
-            ORDER BY j.type_name, j.priority DESC, j.scheduled_at, j.created_at, j.id
-            LIMIT %(limit)s
-            FOR UPDATE SKIP LOCKED
-        ) AS c3
     ) AS c
     WHERE NOT EXISTS (
         SELECT 1 FROM {type_control} AS p WHERE p.type_name = t.type_name AND p.paused_at IS NOT NULL

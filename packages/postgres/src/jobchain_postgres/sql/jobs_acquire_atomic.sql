@@ -1,7 +1,7 @@
 -- jobs_acquire_atomic: jobs_acquire for distributed SQL (claim="atomic-update"): no SKIP LOCKED.
 -- :leases[i] is the lease of :type_names[i]; paused types are left out; the claim order and its
--- three index-ordered prefixes per type (C1 job_acquisition_idx, C2/C3 job_priority_idx) are
--- those of jobs_acquire.sql. Types with limits: jobs_acquire_atomic_limited.sql.
+-- two index-ordered prefixes per type (C1 job_acquisition_idx, C2 job_priority_idx) are those of
+-- jobs_acquire.sql. Types with limits: jobs_acquire_atomic_limited.sql.
 -- Plan: pick candidates without locks, then one UPDATE … FROM that re-checks the status, so a
 -- job another claimer won meanwhile is dropped (the caller may receive fewer jobs, never a
 -- shared one). _lost counts candidates another claimer won meanwhile; the adapter then claims
@@ -29,22 +29,11 @@ WITH next AS (
             FROM {job} AS j
             WHERE j.type_name = t.type_name
               AND j.status = 'pending'
-              AND j.priority > 0
+              AND j.priority <> 0
               AND j.scheduled_at <= COALESCE(%(now)s::timestamptz, statement_timestamp())
             ORDER BY j.type_name, j.priority DESC, j.scheduled_at, j.created_at, j.id
             LIMIT %(limit)s
         ) AS c2
-        UNION
-        SELECT c3.* FROM (
-            SELECT j.id, j.scheduled_at, j.created_at, j.priority
-            FROM {job} AS j
-            WHERE j.type_name = t.type_name
-              AND j.status = 'pending'
-              AND j.priority < 0
-              AND j.scheduled_at <= COALESCE(%(now)s::timestamptz, statement_timestamp())
-            ORDER BY j.type_name, j.priority DESC, j.scheduled_at, j.created_at, j.id
-            LIMIT %(limit)s
-        ) AS c3
     ) AS c
     WHERE NOT EXISTS (
         SELECT 1 FROM {type_control} AS p WHERE p.type_name = t.type_name AND p.paused_at IS NOT NULL

@@ -67,22 +67,11 @@ candidates AS (
             FROM {job} AS j
             WHERE j.type_name = t.type_name
               AND j.status = 'pending'
-              AND j.priority > 0
+              AND j.priority <> 0
               AND j.scheduled_at <= COALESCE(%(now)s::timestamptz, statement_timestamp())
             ORDER BY j.type_name, j.priority DESC, j.scheduled_at, j.created_at, j.id
             LIMIT t.cap
         ) AS c2
-        UNION
-        SELECT c3.* FROM (
-            SELECT j.id, j.scheduled_at, j.created_at, j.priority
-            FROM {job} AS j
-            WHERE j.type_name = t.type_name
-              AND j.status = 'pending'
-              AND j.priority < 0
-              AND j.scheduled_at <= COALESCE(%(now)s::timestamptz, statement_timestamp())
-            ORDER BY j.type_name, j.priority DESC, j.scheduled_at, j.created_at, j.id
-            LIMIT t.cap
-        ) AS c3
     ) AS c
 ),
 chosen AS (
