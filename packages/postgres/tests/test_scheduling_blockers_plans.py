@@ -193,3 +193,20 @@ async def test_a_locks_prune_sweeps_orphan_key_rows_within_the_limit(
         await tx.chains_delete(ChainsDelete(chain_ids=[recent.id]))
         kept = await tx.chains_prune(ChainsPrune(locks_before=NOW - timedelta(seconds=1)))
     assert kept.locks_deleted == 0
+
+
+async def test_pruning_finds_the_rows_naming_a_pruned_chain_through_the_blocker_index(
+    seeded: PostgresStateAdapter,
+) -> None:
+    q = Queries(seeded.options.schema, "jobchain_")
+    params = {
+        "key": "k",
+        "completed_before": NOW + timedelta(days=1),
+        "failed_before": None,
+        "cancelled_before": None,
+        "locks_before": NOW,
+        "limit": 10,
+    }
+    text = await plan(seeded, q.chains_prune, params)
+    assert "jobchain_job_blocker_chain_idx" in text
+    assert "Seq Scan on jobchain_job_blocker" not in text

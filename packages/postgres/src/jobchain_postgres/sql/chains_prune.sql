@@ -5,7 +5,10 @@
 -- nothing is read or deleted. A candidate that blocks a job of a chain that is not a candidate is
 -- skipped before the limit applies (it never crowds out others); within the batch, a chain that
 -- blocks a job outside it, directly or through other chains of the batch (stuck), is kept for a
--- later batch. :locks_before also deletes deduplication lock rows last used before it (up to :limit),
+-- later batch. A reference through a resolves_on_any_end blocker (an ordering key's previous chain,
+-- a wait with runs_after_failed) holds nothing back: that blocker row goes with the chain, and the
+-- dependent keeps its other blockers (the chain is terminal, so it counted as resolved already).
+-- :locks_before also deletes deduplication lock rows last used before it (up to :limit),
 -- then, within what is left of :limit, ordering_key rows last used before it whose last chain is
 -- gone (pruned here or before); rows a creation holds are skipped (SKIP LOCKED), as are rows used
 -- since (a creation in flight dates its row now). _locks_deleted counts both kinds.
@@ -55,6 +58,7 @@ batch AS MATERIALIZED (
         FROM {job_blocker} AS b
         JOIN {job} AS d ON d.id = b.job_id
         WHERE b.blocked_by_chain_id = c.chain_id
+          AND NOT b.resolves_on_any_end
           AND d.chain_id NOT IN (SELECT candidates.chain_id FROM candidates)
     )
     ORDER BY c.finished_at, c.chain_id
@@ -68,6 +72,7 @@ stuck (chain_id) AS (
         FROM {job_blocker} AS b
         JOIN {job} AS d ON d.id = b.job_id
         WHERE b.blocked_by_chain_id = t.chain_id
+          AND NOT b.resolves_on_any_end
           AND d.chain_id NOT IN (SELECT batch.chain_id FROM batch)
     )
     UNION
@@ -76,6 +81,7 @@ stuck (chain_id) AS (
     JOIN {job} AS d ON d.chain_id = s.chain_id
     JOIN {job_blocker} AS b ON b.job_id = d.id
     WHERE b.blocked_by_chain_id IN (SELECT batch.chain_id FROM batch)
+      AND NOT b.resolves_on_any_end
 ),
 doomed_chains AS MATERIALIZED (
     SELECT t.* FROM batch AS t WHERE t.chain_id NOT IN (SELECT stuck.chain_id FROM stuck)
@@ -91,6 +97,14 @@ gone_blockers AS (
     DELETE FROM {job_blocker} AS b
     USING doomed
     WHERE b.job_id = doomed.id
+),
+gone_any_end AS (
+    -- The resolves_on_any_end rows naming a doomed chain from a job that stays
+    -- (job_blocker_chain_idx).
+    DELETE FROM {job_blocker} AS b
+    WHERE b.blocked_by_chain_id IN (SELECT doomed_chains.chain_id FROM doomed_chains)
+      AND b.resolves_on_any_end
+      AND b.job_id NOT IN (SELECT doomed.id FROM doomed)
 ),
 gone AS (
     DELETE FROM {job} AS j
