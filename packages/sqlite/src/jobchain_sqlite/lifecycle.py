@@ -11,9 +11,12 @@ end, so its statements see one consistent state:
   then ``jobs_propagate`` only when a cancelled chain blocks other jobs.
 - ``jobs_retry``: a lookup (all-or-nothing), then one recursive UPDATE for the jobs and
   their dependents.
-- ``chains_prune``: one recursive DELETE … RETURNING. SQLite runs one writer at a time, so
-  two prunes never overlap: a second one waits for the write lock (like any write) and then
-  finds what the first left. ``busy`` is therefore always False here.
+- ``chains_prune``: one recursive SELECT of the chains to delete, then (when it found any)
+  a DELETE of the ``resolves_on_any_end`` blocker rows on them and a DELETE … RETURNING of
+  their jobs (the rows must go first: ``blocked_by_chain_id`` references the root job).
+  SQLite runs one writer at a time, so two prunes never overlap: a second one waits for the
+  write lock (like any write) and then finds what the first left. ``busy`` is therefore
+  always False here.
 
 ``jobs_propagate`` is one statement for the whole graph (a recursive CTE), however deep.
 """
@@ -201,11 +204,11 @@ async def jobs_retry(ctx: TxContext, params: JobsRetry) -> JobsRetried:
 
 
 async def chains_prune(ctx: TxContext, params: ChainsPrune) -> ChainsPruned:
-    """See StateTx.chains_prune: one DELETE; never busy (SQLite serializes writers)."""
+    """See StateTx.chains_prune: a SELECT, then two DELETEs; never busy (SQLite serializes writers)."""
     ctx.require_write("chains_prune")
     if params.completed_before is None and params.failed_before is None and params.cancelled_before is None:
         return ChainsPruned(locks_deleted=await _prune_keys(ctx, params))
-    rows = await ctx.fetch(
+    chosen = await ctx.fetch(
         ctx.q.chains_prune,
         {
             "completed_before": opt_time(params.completed_before),
@@ -214,8 +217,12 @@ async def chains_prune(ctx: TxContext, params: ChainsPrune) -> ChainsPruned:
             "limit": params.limit,
         },
     )
-    if not rows:
+    if not chosen:
         return ChainsPruned(locks_deleted=await _prune_keys(ctx, params))
+    chain_ids = json_list(row["chain_id"] for row in chosen)
+    # Ordering successors and runs_after_failed waiters lose their row on a chain that goes.
+    await ctx.fetch(ctx.q.chains_prune_blockers, {"chain_ids": chain_ids})
+    rows = await ctx.fetch(ctx.q.chains_prune_delete, {"chain_ids": chain_ids})
     if not ctx.foreign_keys:
         await ctx.fetch(ctx.q.jobs_delete_blockers, {"job_ids": json_list(row["id"] for row in rows)})
     keyed = [row["id"] for row in rows if row["ordering_key"] is not None and row["chain_index"] == 0]

@@ -78,6 +78,8 @@ class Queries:
     jobs_retry_lookup: str
     jobs_retry: str
     chains_prune: str
+    chains_prune_blockers: str
+    chains_prune_delete: str
     jobs_delete_blockers: str
     jobs_create_extras: str
     jobs_reap_candidates: str

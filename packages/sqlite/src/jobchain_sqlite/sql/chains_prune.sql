@@ -1,13 +1,16 @@
--- chains_prune: retention. Delete up to :limit terminal chains whose last job finished
--- before the cutoff for its status (:completed_before, :failed_before, :cancelled_before;
--- NULL keeps that status: a comparison with NULL is never true), oldest finish first.
+-- chains_prune: retention, step 1: the ids of up to :limit terminal chains whose last job
+-- finished before the cutoff for its status (:completed_before, :failed_before,
+-- :cancelled_before; NULL keeps that status: a comparison with NULL is never true), oldest
+-- finish first. Only a blocker row without resolves_on_any_end holds a chain back: an
+-- any-end row (an ordering predecessor, a runs_after_failed wait) is resolved by the chain
+-- being terminal and goes with it (chains_prune_blockers), else a key that keeps getting
+-- chains would never lose its history.
 -- bad: chains that block a job of a chain that does not qualify, and recursively every
 -- chain that blocks a job of a bad chain: they cannot go under these cutoffs, so they are
 -- left out before the batch is chosen and never crowd out the chains behind them.
 -- candidate: the oldest :limit qualifying chains that are not bad.
 -- kept: candidates that still block a job outside the batch (a dependent beyond the
 -- limit), recursively: they stay for a later batch.
--- Every job of a deleted chain goes; its blocker rows by ON DELETE CASCADE.
 -- Plan: job_failed_idx / job_cancelled_idx for failed and cancelled chains; completed
 -- chains scan the job table (an index on completed_at would cost every completion).
 WITH RECURSIVE
@@ -17,7 +20,8 @@ bad(chain_id) AS (
     JOIN {p}job d ON d.id = b.job_id
     JOIN {p}job dl ON dl.chain_id = d.chain_id
         AND dl.chain_index = (SELECT MAX(m.chain_index) FROM {p}job m WHERE m.chain_id = d.chain_id)
-    WHERE NOT (IFNULL(dl.status = 'completed' AND dl.completed_at < :completed_before, 0)
+    WHERE NOT b.resolves_on_any_end
+      AND NOT (IFNULL(dl.status = 'completed' AND dl.completed_at < :completed_before, 0)
                OR IFNULL(dl.status = 'failed' AND dl.failed_at < :failed_before, 0)
                OR IFNULL(dl.status = 'cancelled' AND dl.cancelled_at < :cancelled_before, 0))
     UNION
@@ -25,6 +29,7 @@ bad(chain_id) AS (
     FROM bad x
     JOIN {p}job d ON d.chain_id = x.chain_id
     JOIN {p}job_blocker b ON b.job_id = d.id
+    WHERE NOT b.resolves_on_any_end
 ),
 candidate(chain_id) AS MATERIALIZED (
     SELECT f.chain_id FROM (
@@ -49,6 +54,7 @@ kept(chain_id) AS (
     FROM {p}job_blocker b
     JOIN {p}job d ON d.id = b.job_id
     WHERE b.blocked_by_chain_id IN (SELECT chain_id FROM candidate)
+      AND NOT b.resolves_on_any_end
       AND d.chain_id NOT IN (SELECT chain_id FROM candidate)
     UNION
     SELECT b.blocked_by_chain_id
@@ -56,7 +62,6 @@ kept(chain_id) AS (
     JOIN {p}job d ON d.chain_id = k.chain_id
     JOIN {p}job_blocker b ON b.job_id = d.id
     WHERE b.blocked_by_chain_id IN (SELECT chain_id FROM candidate)
+      AND NOT b.resolves_on_any_end
 )
-DELETE FROM {p}job
-WHERE chain_id IN (SELECT chain_id FROM candidate EXCEPT SELECT chain_id FROM kept)
-RETURNING id, chain_id, chain_index, chain_type_name, status, completed_at, failed_at, cancelled_at, ordering_key
+SELECT chain_id FROM candidate EXCEPT SELECT chain_id FROM kept
