@@ -6,7 +6,8 @@ stats read that never says paused) the variant wraps the memory adapter's transa
 it cannot (a claim that ignores priority, aging, a limit or a pause; creation without the
 ordering predecessor; propagation blind to the per-blocker flag) it swaps one named function
 of the reference (``jobchain.memory._claims``, ``_ordering``, ``_lifecycle``, ``_scheduling``)
-for the duration of one call and always puts back the original saved at import. Only the
+for the duration of one call and always puts back the original saved at import (retention
+across resolves_on_any_end rows swaps ``jobchain.memory._deletion``). Only the
 scheduling cases (and the scheduling model, for the variants it is listed under) run against
 the variants, which keeps this run short.
 """
@@ -29,7 +30,7 @@ from contextlib import asynccontextmanager, contextmanager
 import pytest
 from hypothesis import Phase, settings
 
-from jobchain.memory import _claims, _lifecycle, _ordering, _scheduling
+from jobchain.memory import _claims, _deletion, _lifecycle, _ordering, _scheduling
 from jobchain.memory.state import MemoryStateAdapter
 from jobchain_conformance.model import MODEL_SETTINGS
 from jobchain_conformance.suites.state_scheduling import SchedulingStateTests
@@ -44,6 +45,8 @@ NAMES = [
     (_lifecycle, "runs_after_failure"),
     (_scheduling, "paused_types"),
     (_scheduling, "registered"),
+    (_deletion, "holds_back"),
+    (_deletion, "drop_references"),
 ]
 ORIGINALS = {(module.__name__, name): getattr(module, name) for module, name in NAMES}
 
@@ -233,6 +236,32 @@ class PruneForgetsLiveKeysTx(WrappedTx):
             return await self._inner.chains_prune(params)
 
 
+class PruneHeldByAnyEndTx(WrappedTx):
+    """Bug (p): every blocker row holds a chain back from retention, resolves_on_any_end ones
+    too, so a key that keeps getting chains never loses its history."""
+
+    async def chains_prune(self, params):
+        with swapped(_deletion, "holds_back", lambda view, job, chain_id: True):
+            return await self._inner.chains_prune(params)
+
+
+class PruneKeepsAnyEndRowsTx(WrappedTx):
+    """Bug (q): a pruned chain's resolves_on_any_end blocker rows stay with its dependents."""
+
+    async def chains_prune(self, params):
+        with swapped(_deletion, "drop_references", lambda ctx, chain_ids: None):
+            return await self._inner.chains_prune(params)
+
+
+class PruneIgnoresDeclaredBlockersTx(WrappedTx):
+    """Bug (r): no blocker row holds a chain back from retention: a declared blocker (or a plain
+    wait) of a job that stays loses its chain."""
+
+    async def chains_prune(self, params):
+        with swapped(_deletion, "holds_back", lambda view, job, chain_id: False):
+            return await self._inner.chains_prune(params)
+
+
 def _job_flag_only(view, job, chain_id):
     return job.runs_after_failed_blockers
 
@@ -338,6 +367,9 @@ TestNextAvailableIgnoresPause = scheduling_suite(NextAvailableIgnoresPauseTx)
 TestStatsHidePause = scheduling_suite(StatsHidePauseTx, with_model=True)
 TestTickMovesBack = scheduling_suite(TickMovesBackTx)
 TestPruneForgetsLiveKeys = scheduling_suite(PruneForgetsLiveKeysTx)
+TestPruneHeldByAnyEnd = scheduling_suite(PruneHeldByAnyEndTx)
+TestPruneKeepsAnyEndRows = scheduling_suite(PruneKeepsAnyEndRowsTx)
+TestPruneIgnoresDeclaredBlockers = scheduling_suite(PruneIgnoresDeclaredBlockersTx)
 '''
 
 # variant class → cases that must fail against it (and pass against the correct control).
@@ -424,6 +456,22 @@ MUST_FAIL = {
     ],
     "TestPruneForgetsLiveKeys": [
         "test_a_locks_prune_keeps_a_key_whose_last_chain_exists",
+    ],
+    "TestPruneHeldByAnyEnd": [
+        "test_a_key_that_keeps_getting_chains_loses_its_history_oldest_first",
+        "test_a_failed_or_cancelled_predecessor_goes_under_its_own_cutoff",
+        "test_a_successor_blocked_by_a_declared_blocker_stays_blocked_until_it_completes",
+        "test_a_chain_waited_for_with_runs_after_failed_goes_and_the_waiter_runs",
+        "test_an_ended_predecessor_is_pruned_though_the_next_chain_of_the_key_names_it",
+    ],
+    "TestPruneKeepsAnyEndRows": [
+        "test_a_key_that_keeps_getting_chains_loses_its_history_oldest_first",
+        "test_a_successor_blocked_by_a_declared_blocker_stays_blocked_until_it_completes",
+        "test_a_predecessor_also_declared_as_a_blocker_is_held_back_with_its_rows",
+    ],
+    "TestPruneIgnoresDeclaredBlockers": [
+        "test_a_predecessor_also_declared_as_a_blocker_is_held_back_with_its_rows",
+        "test_a_chain_waited_for_without_runs_after_failed_is_held_back",
     ],
 }
 CONTROL = "TestCorrect"
