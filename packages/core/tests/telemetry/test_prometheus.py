@@ -112,3 +112,39 @@ def test_histograms_and_counters_scrape_as_prometheus_client_writes_them() -> No
     assert samples[("jobchain_attempt_duration_seconds_sum", labels)] == 400.043
     retried = (("error_type", "KeyError"), ("job_type", "t"))
     assert samples[("jobchain_jobs_retried_total", retried)] == 2
+
+
+async def test_an_attempt_ended_by_wait_for_is_timed_as_waiting_not_failed() -> None:
+    from prometheus_client import generate_latest
+
+    types = JobTypes()
+    child = types.define("child", input=int, output=int, entry=True)
+    parent = types.define("parent", input=int, output=int, entry=True)
+    metrics = PrometheusMetrics()
+    client = await jobchain.connect("memory://", notify="memory://", job_types=types, observers=[metrics])
+    processors = Processors()
+
+    async def on_child(attempt: Attempt[int, int]) -> Any:
+        return await attempt.complete(attempt.input + 1)
+
+    async def on_parent(attempt: Attempt[int, int]) -> Any:
+        blockers = await attempt.blockers()
+        if not blockers:
+            return await attempt.wait_for(await attempt.start_chain(child, attempt.input))
+        return await attempt.complete(blockers[0].output)
+
+    processors.register(child, on_child)
+    processors.register(parent, on_parent)
+    try:
+        async with client.transaction() as tx:
+            started = await client.start_chain(tx, parent, 41)
+        async with Worker(client, processors, poll_interval=0.05):
+            chain = await client.await_chain(started.id, timeout=10, poll_interval=0.05)
+    finally:
+        await client.close()
+    assert chain.output == 42
+    samples = _samples(generate_latest(metrics.registry).decode())
+    label = (("job_type", "parent"),)
+    assert samples[("jobchain_attempt_duration_seconds_count", (*label, ("outcome", "waiting")))] == 1
+    assert samples[("jobchain_attempt_duration_seconds_count", (*label, ("outcome", "completed")))] == 1
+    assert ("jobchain_jobs_retried_total", (*label, ("error_type", ""))) not in samples

@@ -148,6 +148,8 @@ class MetricsObserver:
             else:
                 add(names.JOBS_RETRIED, 1, (type_name, error_type))
                 self._timed(attrs, type_name, "retried")
+        elif name == "job_attempt_waiting":  # attempt.wait_for: ended without a result, not a failure
+            self._timed(attrs, attrs["job.type"], "waiting")
         elif name == "job_timed_out":
             add(names.JOBS_TIMED_OUT, 1, (attrs["job.type"],))
         elif name in _LOST:

@@ -204,6 +204,8 @@ class _Process:
                 extra[names.ERROR_TYPE] = str(attrs["error.type"])
             if not self.failed and not self.batch:  # e.g. failed without running: attempts exhausted
                 span.set_status(Status(StatusCode.ERROR, str(attrs.get("error", ""))))
+        elif name == "job_attempt_waiting":
+            result = "waiting"
         elif name == "job_timed_out":
             span.add_event(
                 "jobchain.attempt.timed_out", {"jobchain.timeout": float(attrs.get("timeout") or 0)}

@@ -142,6 +142,8 @@ class Attempt(Generic[I, O]):
         deduplication: Deduplication | None = None,
         schedule: Schedule | None = None,
         blockers: Sequence[Chain | str] = (),
+        priority: int | None = None,
+        ordering_key: str | None = None,
     ) -> ChainStarted:
         """Start a chain from the handler (fan-out), with the arguments of ``Client.start_chain``.
 
@@ -161,6 +163,8 @@ class Attempt(Generic[I, O]):
             deduplication=deduplication,
             schedule=schedule,
             blockers=blockers,
+            priority=priority,
+            ordering_key=ordering_key,
         )
         [started] = await self.start_chains([start])
         return started
