@@ -111,6 +111,34 @@ async def test_claims_read_both_indexes_in_order_and_sort_only_the_prefixes(
             assert not re.search(r"\bj(_\d+)?\.", line), line  # no sort on a job-table alias
 
 
+@pytest.fixture
+async def seeded_fifo(pg_state: PostgresStateAdapter) -> PostgresStateAdapter:
+    """5,000 pending jobs of five types, none with a priority: the plain claim's case."""
+    jobs = [new(f"type{n % 5}") for n in range(5000)]
+    async with pg_state.transaction() as tx:
+        for start in range(0, len(jobs), 1000):
+            await tx.jobs_create(JobsCreate(jobs=jobs[start : start + 1000], now=NOW - timedelta(hours=1)))
+        await tx.connection.execute(
+            sql.SQL("ANALYZE {}").format(sql.Identifier(pg_state.options.schema, "jobchain_job"))
+        )
+    return pg_state
+
+
+@pytest.mark.parametrize("name", ["jobs_acquire_plain", "jobs_acquire_atomic_plain"])
+async def test_the_plain_claims_read_the_fifo_index_in_order_and_probe_priorities(
+    seeded_fifo: PostgresStateAdapter, name: str
+) -> None:
+    q = Queries(seeded_fifo.options.schema, "jobchain_")
+    text = await explain(seeded_fifo, getattr(q, name), claim_params(name))
+    assert "jobchain_job_acquisition_idx" in text, text
+    assert "jobchain_job_priority_idx" in text, text  # the probe: is any priority in play?
+    assert not re.search(r"Seq Scan on jobchain_job\b", text), text
+    sorted_rows = [int(rows) for rows in re.findall(r"Sort \(actual time=\S+ rows=(\d+)", text)]
+    assert max(sorted_rows, default=0) <= LIMIT * len(TYPES), text
+    claimed = re.search(r"Update on jobchain_job \w+ \(actual time=\S+ rows=(\d+)", text)
+    assert claimed is not None and int(claimed.group(1)) == LIMIT, text
+
+
 async def test_next_available_and_queue_stats_read_the_pause_by_key(seeded: PostgresStateAdapter) -> None:
     q = Queries(seeded.options.schema, "jobchain_")
     text = await explain(seeded, q.job_next_available, {"type_names": TYPES, "now": NOW})
@@ -135,6 +163,15 @@ async def test_a_limited_claim_is_one_pipeline_and_a_plain_one_one_statement(
         now=NOW,
         type_limits={"a": TypeLimits(max_running=3), "b": TypeLimits(rate_limit=RateLimit(2, timedelta(1)))},
     )
+    # No priority in play: the FIFO statement of before priorities, alone.
+    sent = await statements(adapter, lambda tx: tx.jobs_acquire(plain))
+    assert round_trips(sent) == [["jobs_acquire_plain"]]
+    async with adapter.transaction() as tx:
+        await tx.jobs_create(JobsCreate(jobs=[new("a", priority=5), new("b")], now=NOW))
+    # A due job with a priority: the plain statement says so and claims nothing; the merging
+    # statement claims, and the next claims go straight to it.
+    sent = await statements(adapter, lambda tx: tx.jobs_acquire(plain))
+    assert round_trips(sent) == [["jobs_acquire_plain"], ["jobs_acquire"]]
     sent = await statements(adapter, lambda tx: tx.jobs_acquire(plain))
     assert round_trips(sent) == [["jobs_acquire"]]
     sent = await statements(adapter, lambda tx: tx.jobs_acquire(limited))

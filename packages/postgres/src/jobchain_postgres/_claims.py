@@ -1,8 +1,15 @@
 """The claim of PostgresStateTx (``jobs_acquire``): claim order with priorities and aging, pause,
 and the type limits (``max_running``, rate limits), in both claim modes.
 
-A claim of types without limits is one statement, as it always was (``sql/jobs_acquire.sql``,
-``sql/jobs_acquire_atomic.sql``). A claim that serves a limited type first locks those types'
+A claim of types without limits is one statement. While none of the claimed types has a due job
+with a priority (the common case) that is ``sql/jobs_acquire_plain.sql`` (or
+``jobs_acquire_atomic_plain.sql``): the FIFO statement of before priorities existed, which also
+reports when priorities are in play, and then claims nothing; the claim is then made with
+``sql/jobs_acquire.sql`` (``jobs_acquire_atomic.sql``), which merges the priority order in, and
+for :data:`PRIORITY_RECHECK_SECONDS` this adapter's claims go straight to it. So a queue that
+never uses priorities pays no planning or execution for them on its hottest statement.
+
+A claim that serves a limited type first locks those types'
 ``type_control`` rows (``sql/type_control_lock.sql``) and then runs the limited statement in the
 same transaction, both in one pipeline (one round trip): claims of one limited type take turns,
 and each sees the ones before it. In autocommit the pipeline's single Sync makes the two one
@@ -11,9 +18,10 @@ transaction; an atomic-update claim that must retry sends the pair again.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable, Mapping, Sequence
 from datetime import datetime, timedelta
-from typing import Any
+from typing import Any, ClassVar
 
 from jobchain.contracts.state import JobsAcquire, JobsAcquired
 from jobchain.entities import Job, TypeLimits
@@ -25,6 +33,9 @@ __all__ = ["ATOMIC_CLAIM_ATTEMPTS", "ClaimsMixin", "claim_order"]
 
 ATOMIC_CLAIM_ATTEMPTS = 8
 """Statements one atomic-update claim may send when concurrent claimers keep winning its candidates."""
+
+PRIORITY_RECHECK_SECONDS = 5.0
+"""After a plain claim found priorities in play, claims use the merging statement this long."""
 
 _MICROSECOND = timedelta(microseconds=1)
 
@@ -72,6 +83,9 @@ class ClaimsMixin:
 
     _q: Queries
     _atomic_claim: bool
+    # (schema, prefix) -> monotonic time until which claims skip the plain statement. Only a
+    # hint for which statement to send first: the plain one never claims past a priority.
+    _priorities_until: ClassVar[dict[tuple[str, str], float]] = {}
 
     def _check(self, *, write: bool) -> None:
         raise NotImplementedError  # pragma: no cover - provided by PostgresStateTx
@@ -109,11 +123,18 @@ class ClaimsMixin:
         limited = _limited(type_names, params.type_limits)
         if limited:
             return await self._claim_limited(params, type_names, limited, query_params)
-        query = self._q.jobs_acquire_atomic if self._atomic_claim else self._q.jobs_acquire
+        where = (self._q.schema, self._q.prefix)
+        plain = time.monotonic() >= self._priorities_until.get(where, 0.0)
         jobs: list[Job] = []
         has_more = False
-        for _attempt in range(ATOMIC_CLAIM_ATTEMPTS):
+        for _attempt in range(ATOMIC_CLAIM_ATTEMPTS + 1):
+            query = self._claim_query(plain=plain)
             shape, rows = await self._rows(query, query_params, write=True)
+            if plain and shape.scalar(rows[0], "_priorities"):
+                # Priorities in play: the plain statement claimed nothing; merge them in.
+                self._priorities_until[where] = time.monotonic() + PRIORITY_RECHECK_SECONDS
+                plain = False
+                continue
             jobs.extend(job for row in rows if (job := shape.job(row)) is not None)
             has_more = bool(rows) and bool(shape.scalar(rows[0], "_has_more"))
             lost = int(shape.scalar(rows[0], "_lost")) if rows and "_lost" in shape.scalars else 0
@@ -124,6 +145,12 @@ class ClaimsMixin:
             query_params["limit"] = params.limit - len(jobs)
         jobs.sort(key=claim_order(params.priority_aging))
         return JobsAcquired(jobs=jobs, has_more=has_more)
+
+    def _claim_query(self, *, plain: bool) -> bytes:
+        q = self._q
+        if self._atomic_claim:
+            return q.jobs_acquire_atomic_plain if plain else q.jobs_acquire_atomic
+        return q.jobs_acquire_plain if plain else q.jobs_acquire
 
     async def _claim_limited(
         self,
