@@ -197,8 +197,9 @@ def _scheduling_table(res: Results) -> list[str]:
         "",
         "`bench/scheduling.py`, 2 interleaved rounds, medians; each variant on a freshly filled "
         "store. *priorities*: priorities -5..5 round robin; *ordering-keys*: 1,000 keys round "
-        "robin (each completion unblocks the key's next chain); *max-running*: `max_running=10` "
-        "(the worker's concurrency, so the bookkeeping is measured, not a throttle).",
+        "robin (each completion unblocks the key's next chain); *max-running*: `max_running=20` "
+        "(concurrency 10 + prefetch 10, as prefetched jobs count as running: the bookkeeping is "
+        "measured, not a throttle).",
     ]
     return out
 

@@ -12,8 +12,9 @@ Variants, each on a freshly filled store of ``--jobs`` chains:
 - ``ordering-keys``: 1,000 ordering keys, chains started round robin over them: every chain
   but the first of its key starts blocked behind its predecessor, and each completion
   unblocks the next;
-- ``max-running``: the type has ``max_running=10`` (the worker's concurrency: the limit's
-  bookkeeping is measured, not a throttle): every claim locks the type's control row.
+- ``max-running``: the type has ``max_running=20`` (concurrency 10 + prefetch 10, what the
+  worker holds at most: claimed jobs count as running), so the limit's bookkeeping is
+  measured, not a throttle: every claim locks the type's control row.
 
 Each round runs every variant once per backend, rotating the order, each in its own process.
 Prints per backend and variant the median jobs/s, CPU per 1,000 jobs and the ratio to
@@ -63,7 +64,7 @@ def registry(variant: str) -> tuple[Any, Any]:
         input=None,
         output=None,
         entry=True,
-        max_running=10 if variant == "max-running" else None,
+        max_running=20 if variant == "max-running" else None,
     )
     return types, job_type
 

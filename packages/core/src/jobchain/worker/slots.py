@@ -182,8 +182,11 @@ class Slots:
             # The next buffered job takes the slot now, not after a trip through the loop.
             self.start_buffered()
             # A committing attempt handed its slot on, and woke the loop, when its handler
-            # returned; waking again now would only add an empty claim per job.
-            if not was_committing or over_allowance:
+            # returned; waking again now would only add an empty claim per job — unless the
+            # type has a max_running: its place in the fleet-wide count is free only now that
+            # the outcome committed, so a claim the limit capped at the first wake-up may
+            # succeed now (otherwise it would wait for the limits poll).
+            if not was_committing or over_allowance or type_name in self.freed_capped:
                 self._wake()
             if not _.cancelled() and _.exception() is not None:
                 log.error("attempt of job %s crashed", job_id, exc_info=_.exception())
