@@ -302,3 +302,35 @@ class TestWaitFor:
         job = await client.get_job(chain.id)
         assert job is not None
         assert "at least one chain" in (job.last_attempt_error or "")
+
+
+async def test_a_capped_worker_claims_again_when_its_own_attempt_commits(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Group commit hands a slot on when the handler returns, before the outcome commits: a
+    claim then finds the type still at its ``max_running``. The commit must wake the loop
+    again; neither the limits poll nor the poll interval may be what starts the next job."""
+    import jobchain.worker.claims as claims
+
+    monkeypatch.setattr(claims, "LIMITS_POLL", 3600.0)
+    types = JobTypes()
+    capped = types.define("capped", input=int, output=None, entry=True, max_running=1)
+    client = Client(MemoryStateAdapter(), None, types)  # no notify: no freed-place wake-up
+    processors = Processors()
+    ran: list[int] = []
+    all_ran = asyncio.Event()
+
+    async def handle(attempt: Attempt[int, None]) -> Completed:
+        ran.append(attempt.input)
+        if len(ran) == 3:
+            all_ran.set()
+        return await attempt.complete(None)  # atomic: the outcome commits after the handler
+
+    processors.register(capped, handle)
+    async with client.transaction() as tx:
+        for i in range(3):
+            await client.start_chain(tx, capped, i)
+    async with Worker(client, processors, concurrency=1, poll_interval=3600):
+        await asyncio.wait_for(all_ran.wait(), BOUND)  # without the wake: stuck for an hour
+    assert sorted(ran) == [0, 1, 2]
+    await client.close()
