@@ -36,8 +36,8 @@ T = TypeVar("T")
 LEASE = timedelta(seconds=30.5)
 RATE_PER = timedelta(minutes=1)
 SCHEDULING_MODEL_SETTINGS = settings(MODEL_SETTINGS, max_examples=15)
-"""Half the base model's examples: its machine has more rules, and over PostgreSQL on a busy
-machine 30 examples came near the 120 s per-case timeout (86 s alone)."""
+"""Half the base model's examples: its machine has more rules, and over a server backend on a
+busy machine 30 examples came near the 120 s per-case timeout (86 s alone)."""
 
 
 def _projected(jobs: Sequence[Job]) -> list[Any]:

@@ -136,7 +136,8 @@ async def test_the_plain_claims_read_the_fifo_index_in_order_and_probe_prioritie
     sorted_rows = [int(rows) for rows in re.findall(r"Sort \(actual time=\S+ rows=(\d+)", text)]
     assert max(sorted_rows, default=0) <= LIMIT * len(TYPES), text
     claimed = re.search(r"Update on jobchain_job \w+ \(actual time=\S+ rows=(\d+)", text)
-    assert claimed is not None and int(claimed.group(1)) == LIMIT, text
+    assert claimed is not None, text
+    assert int(claimed.group(1)) == LIMIT, text
 
 
 async def test_next_available_and_queue_stats_read_the_pause_by_key(seeded: PostgresStateAdapter) -> None:

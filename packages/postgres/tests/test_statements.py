@@ -226,6 +226,10 @@ async def test_every_operation_sends_exactly_one_statement(counted: PostgresStat
         if name in PIPELINED:
             assert round_trips(sent) == [PIPELINED[name]], sent
             continue
+        if name == "jobs_acquire":
+            # No priority in play: the plain claim statement alone (see _claims.py).
+            assert round_trips(sent) == [["jobs_acquire_plain"]], sent
+            continue
         if name == "jobs_create (deduplicating)":
             # Deduplicating starts lock their keys first, in the same pipeline (one round trip).
             assert round_trips(sent) == [["jobs_deduplication_lock", "jobs_create"]], sent
@@ -267,7 +271,8 @@ async def test_statements_are_prepared_on_the_server(counted: PostgresStateAdapt
         cursor = await tx.connection.execute("SELECT statement FROM pg_prepared_statements")
         prepared = [row[0] for row in await cursor.fetchall()]
     assert any(text.startswith("-- jobs_create_roots:") for text in prepared)
-    assert any(text.startswith("-- jobs_acquire:") for text in prepared)
+    # No priority in play: the claim is the plain statement (see _claims.py).
+    assert any(text.startswith("-- jobs_acquire_plain:") for text in prepared)
 
 
 async def test_a_start_waiting_for_a_blocker_that_continues_sees_the_continuation(
