@@ -320,8 +320,20 @@ class InvalidScheduleError(InvalidArgumentError):
         super().__init__(message)
 
 
+class SyncInEventLoopError(JobchainError):
+    """A synchronous jobchain call ran inside a running event loop, which it would block."""
+
+    def __init__(self, what: str) -> None:
+        self.what = what
+        super().__init__(
+            f"{what} is synchronous and would block the running event loop; in async code use the "
+            "async client (jobchain.connect) instead of jobchain.sync"
+        )
+
+
 __all__ = [
     "InvalidScheduleError",
+    "SyncInEventLoopError",
     "AdapterClosedError",
     "BackendConflictError",
     "BackendUnreachableError",

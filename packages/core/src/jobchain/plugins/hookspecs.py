@@ -36,6 +36,11 @@ class BackendSpec:
     BackendURL and returns the adapter (``StateAdapter`` for role ``state``,
     ``NotifyAdapter`` for ``notify``). It is imported only when the scheme is first used,
     so declaring a backend never imports its driver.
+
+    ``sync_factory`` (state role, optional) names a plain callable that takes a BackendURL and
+    returns a StateAdapter for :mod:`jobchain.sync`: its own transactions run on a synchronous
+    driver, ``transaction(connection=…)`` joins the caller's synchronous connection, and none of
+    its coroutines ever suspends (they are run by :func:`jobchain.sync.drive.drive`).
     """
 
     scheme: str
@@ -43,6 +48,7 @@ class BackendSpec:
     distribution: str
     factory: str
     description: str = ""
+    sync_factory: str = ""
 
     def __post_init__(self) -> None:
         if not self.scheme or not self.scheme[0].isalpha() or not set(self.scheme) <= _SCHEME_CHARS:
@@ -57,6 +63,13 @@ class BackendSpec:
         module, colon, attr = self.factory.partition(":")
         if not (module and colon and attr) or ":" in attr:
             raise InvalidArgumentError(f"BackendSpec factory must be 'module:attr', got {self.factory!r}")
+        if self.sync_factory:
+            module, colon, attr = self.sync_factory.partition(":")
+            if not (module and colon and attr) or ":" in attr or self.role != "state":
+                raise InvalidArgumentError(
+                    "BackendSpec sync_factory must be 'module:attr' on a state backend, "
+                    f"got {self.sync_factory!r}"
+                )
 
 
 @hookspec
