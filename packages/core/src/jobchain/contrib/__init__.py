@@ -1,0 +1,1 @@
+"""Integrations with web frameworks: Django, FastAPI/ASGI and friends."""
