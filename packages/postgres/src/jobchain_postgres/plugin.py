@@ -13,7 +13,8 @@ DISTRIBUTION = "jobchain-postgres"
 
 @hookimpl
 def jobchain_backends() -> list[BackendSpec]:
-    """postgresql:// and postgres://, each for state (psycopg pool) and notify (LISTEN/NOTIFY)."""
+    """postgresql:// and postgres://, each for state (psycopg pool; a synchronous one for
+    jobchain.sync) and notify (LISTEN/NOTIFY)."""
     specs: list[BackendSpec] = []
     for scheme in ("postgresql", "postgres"):
         specs.append(
@@ -22,6 +23,7 @@ def jobchain_backends() -> list[BackendSpec]:
                 role="state",
                 distribution=DISTRIBUTION,
                 factory="jobchain_postgres.state:open_state_adapter",
+                sync_factory="jobchain_postgres.sync:open_sync_state_adapter",
                 description="PostgreSQL state (psycopg 3; ?schema=, ?table_prefix=, ?claim=atomic-update)",
             )
         )
