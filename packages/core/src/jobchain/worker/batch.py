@@ -26,6 +26,7 @@ from jobchain.worker.deadline import Deadline
 from jobchain.worker.emitter import AttemptScopes
 from jobchain.worker.failures import fail_over_limit, over_limit, record_failure
 from jobchain.worker.ownership import OWNERSHIP_LOSSES, reason_for_error
+from jobchain.worker.processors import call_in_thread
 from jobchain.worker.runner import AttemptSettings
 
 if TYPE_CHECKING:
@@ -168,7 +169,7 @@ class BatchRunner:
         if self.processor.is_async:
             result = await handler(batch)
         else:
-            result = await asyncio.to_thread(handler, batch)
+            result = await call_in_thread(self.settings.sync_wrapper, handler, batch)
         if isinstance(result, (str, bytes)) or not isinstance(result, Sequence) or len(result) != len(batch):
             got = f"{len(result)} entries" if isinstance(result, Sequence) else type(result).__name__
             raise BatchResultError(

@@ -44,13 +44,20 @@ from jobchain.worker.periodic import Scheduler
 from jobchain.worker.processors import (
     Processor,
     Processors,
+    SyncHandlerWrapper,
     check_required_middleware,
     merge_processors,
     merge_schedules,
 )
 from jobchain.worker.reaper import Reaper
 from jobchain.worker.retention import Pruner, Retention
-from jobchain.worker.settings import WorkerSettings, aging_setting, count_setting, positive_seconds
+from jobchain.worker.settings import (
+    WorkerSettings,
+    aging_setting,
+    count_setting,
+    positive_seconds,
+    wrapper_setting,
+)
 from jobchain.worker.slots import Slots
 from jobchain.worker.wakeups import WakeUps
 
@@ -106,6 +113,10 @@ class Worker(WorkerEvents):
     priority (see :mod:`jobchain.worker.claims`). The periodic schedules of the processor
     slices (``Processors.periodic``) run in every worker that declares them, one chain per
     tick between them (:attr:`scheduler`, :mod:`jobchain.worker.periodic`).
+
+    ``sync_handler_wrapper`` runs in the thread of every sync handler call and calls it (see
+    :data:`~jobchain.worker.processors.SyncHandlerWrapper`): per-thread setup such as Django's
+    ``close_old_connections()`` (``jobchain.contrib.django`` passes one).
     """
 
     def __init__(
@@ -129,6 +140,7 @@ class Worker(WorkerEvents):
         timeout: timedelta | float | None = None,
         retention: Retention | None = None,
         priority_aging: timedelta | float = PRIORITY_AGING,
+        sync_handler_wrapper: SyncHandlerWrapper | None = None,
     ) -> None:
         self.concurrency = count_setting("concurrency", concurrency, 1)
         self.prefetch = count_setting("prefetch", prefetch, 0)
@@ -160,6 +172,7 @@ class Worker(WorkerEvents):
             recovery=recovery,
             max_attempts=validate_max_attempts(max_attempts, "Worker(max_attempts=...)"),
             timeout=validate_timeout(timeout, "Worker(timeout=...)"),
+            sync_handler_wrapper=wrapper_setting(sync_handler_wrapper),
         )
         if retention is not None and not isinstance(retention, Retention):
             raise InvalidArgumentError(f"retention must be a jobchain.Retention, got {retention!r}")

@@ -6,6 +6,8 @@ two slices is an error at merge time, never a silent winner.
 
 from __future__ import annotations
 
+import asyncio
+import functools
 import inspect
 from collections.abc import Awaitable, Callable, Iterable, Sequence
 from dataclasses import dataclass, field
@@ -29,6 +31,10 @@ O = TypeVar("O")  # noqa: E741
 AsyncHandler = Callable[["Attempt[Any, Any]"], Awaitable["Completed"]]
 SyncHandler = Callable[["Attempt[Any, Any]"], Any]
 Next = Callable[[], Awaitable[Any]]
+SyncHandlerWrapper = Callable[[Callable[[], Any]], Any]
+"""``Worker(sync_handler_wrapper=...)``: runs in the thread of every sync handler call (batch
+handlers too); it must call its argument once and return its result (or let its exception
+propagate). For per-thread setup around the call, e.g. Django's ``close_old_connections()``."""
 
 
 class AttemptMiddleware(Protocol):
@@ -324,6 +330,13 @@ def check_required_middleware(slices: Sequence[Processors], required: Sequence[o
                 f"processor slice #{index} lacks required middleware ({names}) in this order; "
                 "add them to Processors(middleware=[...])"
             )
+
+
+async def call_in_thread(wrapper: SyncHandlerWrapper | None, handler: Callable[[Any], Any], arg: Any) -> Any:
+    """``handler(arg)`` in a thread (asyncio.to_thread), inside ``wrapper`` when there is one."""
+    if wrapper is None:
+        return await asyncio.to_thread(handler, arg)
+    return await asyncio.to_thread(wrapper, functools.partial(handler, arg))
 
 
 async def run_wrapped(

@@ -27,7 +27,7 @@ from jobchain.worker.failures import (
     record_failure,
 )
 from jobchain.worker.ownership import OWNERSHIP_LOSSES, reason_for, reason_for_error
-from jobchain.worker.processors import run_wrapped
+from jobchain.worker.processors import SyncHandlerWrapper, call_in_thread, run_wrapped
 
 if TYPE_CHECKING:
     from jobchain.client import Client
@@ -67,6 +67,8 @@ class AttemptSettings:
     """The handler's deadline; None: none."""
     fail_on: tuple[type[BaseException], ...] = ()
     """Exception types that fail the job at once."""
+    sync_wrapper: SyncHandlerWrapper | None = None
+    """Wraps each sync handler call in its thread (``Worker(sync_handler_wrapper=...)``)."""
 
 
 class AttemptRunner:
@@ -211,7 +213,7 @@ class AttemptRunner:
             await attempt.auto_setup()
 
             async def run_sync() -> Any:
-                result = await asyncio.to_thread(processor.handler, attempt)
+                result = await call_in_thread(self.settings.sync_wrapper, processor.handler, attempt)
                 if isinstance(result, Continue):
                     return await attempt.continue_with(
                         result.job_type, result.input, schedule=result.schedule, blockers=result.blockers

@@ -14,7 +14,7 @@ from datetime import timedelta
 from jobchain.errors import InvalidArgumentError
 from jobchain.job_types import DEFAULT_MAX_ATTEMPTS, UNSET, MaxAttempts
 from jobchain.worker.backoff import DEFAULT_BACKOFF, DEFAULT_LEASE, Backoff, LeaseConfig
-from jobchain.worker.processors import Processor
+from jobchain.worker.processors import Processor, SyncHandlerWrapper
 from jobchain.worker.runner import AttemptSettings
 
 
@@ -34,6 +34,7 @@ class WorkerSettings:
         recovery: Backoff,
         max_attempts: MaxAttempts = UNSET,
         timeout: timedelta | None = None,
+        sync_handler_wrapper: SyncHandlerWrapper | None = None,
     ) -> None:
         self.worker_lease = lease or DEFAULT_LEASE
         self._by_type = {
@@ -44,6 +45,7 @@ class WorkerSettings:
                 max_attempts=resolve_max_attempts(p.max_attempts, p.job_type.max_attempts, max_attempts),
                 timeout=p.timeout or p.job_type.timeout or timeout,
                 fail_on=p.job_type.fail_on,
+                sync_wrapper=sync_handler_wrapper,
             )
             for name, p in processors.items()
         }
@@ -108,4 +110,11 @@ def aging_setting(value: timedelta | float) -> timedelta:
         value = timedelta(seconds=positive_seconds("priority_aging", value))
     if not isinstance(value, timedelta) or value <= timedelta(0):
         raise InvalidArgumentError(f"priority_aging must be a positive timedelta, got {value!r}")
+    return value
+
+
+def wrapper_setting(value: SyncHandlerWrapper | None) -> SyncHandlerWrapper | None:
+    """``Worker(sync_handler_wrapper=)``: None or a callable, else InvalidArgumentError."""
+    if value is not None and not callable(value):
+        raise InvalidArgumentError(f"sync_handler_wrapper must be a callable or None, got {value!r}")
     return value
