@@ -24,6 +24,8 @@ class TxContext:
     foreign_keys: bool = True
     closed: bool = False
     savepoints: int = 0
+    driven: bool = False
+    """The executor is synchronous (``jobchain.sync``): nothing may wait on a task or the loop."""
 
     async def fetch(
         self, sql: str, params: Params | None = None, job_ids: Sequence[str] = ()

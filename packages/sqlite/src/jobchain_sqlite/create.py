@@ -178,7 +178,7 @@ async def _create_plain_roots(ctx: TxContext, jobs: list[NewJob], now: datetime)
             items[-1].append(job.priority)
     params = {"jobs": _dump_items(items), "now": now_text}
     try:
-        if len(jobs) < _OVERLAP_FROM:
+        if len(jobs) < _OVERLAP_FROM or ctx.driven:  # driven: no loop to run the insert's task
             await ctx.fetch(ctx.q.jobs_create, params)
             return _plain_roots_created(jobs, items, now_text)
         # The jobs to return are built while the database thread inserts the rows (SQLite

@@ -17,6 +17,7 @@ def jobchain_backends() -> list[BackendSpec]:
             role="state",
             distribution="jobchain-sqlite",
             factory="jobchain_sqlite.state:open_state_adapter",
+            sync_factory="jobchain_sqlite.sync:open_sync_state_adapter",
             description="SQLite file (aiosqlite): sqlite:///relative.db, sqlite:////abs/path.db, sqlite:///:memory:",
         )
     ]
