@@ -1,0 +1,15 @@
+"""Helpers for testing code that uses jobchain: run due jobs, control time, pytest fixtures.
+
+* :func:`run_until_idle` runs every due job of a client through the real worker code, one at
+  a time, and returns what ran (:class:`JobRun`).
+* :class:`FrozenClock` is a ``clock=`` that moves only when the test moves it.
+* The pytest plugin (installed with jobchain, registered as ``jobchain_testing``) provides
+  the ``jobchain_client``, ``jobchain_clock``, ``jobchain_job_types``,
+  ``jobchain_processors`` and ``jobchain_run`` fixtures; see the guide "Testing your jobs".
+"""
+
+from jobchain.testing.client import memory_client
+from jobchain.testing.clock import FrozenClock
+from jobchain.testing.run import JobRun, RunLimitError, RunOutcome, run_until_idle
+
+__all__ = ["FrozenClock", "JobRun", "RunLimitError", "RunOutcome", "memory_client", "run_until_idle"]
