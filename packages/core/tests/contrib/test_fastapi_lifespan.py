@@ -23,7 +23,7 @@ import jobchain
 from jobchain.contrib.asgi import JobchainLifespan, LifespanNotRunningError, get_client
 from jobchain.worker import Worker
 
-from .shop import EventRecorder, build_app, processors, types
+from .shop import EventRecorder, build_app, place_order, processors, types
 
 WAIT = 10.0
 """Seconds a condition may take before the test fails (never slept: waited on)."""
@@ -179,7 +179,7 @@ async def test_entered_inside_the_users_own_lifespan() -> None:
         assert app.state.jobchain is state["jobchain"] is jobchain_lifespan.client
         assert jobchain_lifespan.worker is None  # no processors: the app only starts and reads
         async with jobchain_lifespan.client.transaction() as tx:
-            started = await jobchain_lifespan.client.start_chain(tx, types.resolve("shop.order"), "cup")
+            started = await jobchain_lifespan.client.start_chain(tx, place_order, "cup")
         chain = await jobchain_lifespan.client.get_chain(started.id)
         assert chain is not None
         assert chain.status is jobchain.JobStatus.PENDING
