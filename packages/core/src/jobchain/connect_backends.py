@@ -77,6 +77,21 @@ async def open_state(
     return adapter
 
 
+def open_sync_state(
+    url: str | BackendURL | None = None, *, registry: BackendRegistry | None = None
+) -> StateAdapter:
+    """Open the synchronous state adapter for ``url`` (for :mod:`jobchain.sync`; same defaults).
+
+    Raises what :func:`open_state` raises, and BackendUnavailableError when the backend has no
+    ``sync_factory`` (the message names the state backends that have one).
+    """
+    resolved = resolve_state_url(url)
+    adapter = (registry or get_registry()).open_sync(resolved)
+    if not isinstance(adapter, StateAdapter):
+        raise _wrong_type(adapter, "StateAdapter", resolved, "state")
+    return adapter
+
+
 async def open_notify(
     url: str | BackendURL | None = None, *, registry: BackendRegistry | None = None
 ) -> NotifyAdapter | None:
@@ -104,6 +119,7 @@ __all__ = [
     "state_url_configured",
     "open_notify",
     "open_state",
+    "open_sync_state",
     "resolve_notify_url",
     "resolve_state_url",
 ]

@@ -47,6 +47,15 @@ def _shared_name(url: BackendURL) -> str | None:
 
 async def open_state_adapter(url: BackendURL) -> MemoryStateAdapter:
     """Open an in-process state adapter; ``memory://NAME`` is shared per name (see module doc)."""
+    return open_sync_state_adapter(url)
+
+
+def open_sync_state_adapter(url: BackendURL) -> MemoryStateAdapter:
+    """The same adapter for :mod:`jobchain.sync`: it can be driven without an event loop.
+
+    Each operation runs synchronously; only a wait for a row another open transaction holds
+    would suspend (SyncWiringError). The store is not thread-safe: use one thread (tests).
+    """
     # Imported here so that merely declaring memory:// never loads the state model.
     from jobchain.memory.state import MemoryStateAdapter
 
@@ -79,4 +88,9 @@ def forget_shared_adapters() -> None:
         _shared_notify.clear()
 
 
-__all__ = ["forget_shared_adapters", "open_notify_adapter", "open_state_adapter"]
+__all__ = [
+    "forget_shared_adapters",
+    "open_notify_adapter",
+    "open_state_adapter",
+    "open_sync_state_adapter",
+]

@@ -29,6 +29,9 @@ from jobchain.url import BackendURL
 Factory = Callable[[BackendURL], Awaitable[object]]
 """What a ``"module:attr"`` factory string names: ``async def open_…_adapter(url) -> adapter``."""
 
+SyncFactory = Callable[[BackendURL], object]
+"""What a ``sync_factory`` string names: ``def open_sync_state_adapter(url) -> StateAdapter``."""
+
 
 @dataclass(frozen=True, slots=True)
 class RegisteredBackend:
@@ -120,6 +123,41 @@ class BackendRegistry:
             # Factories may import their driver lazily; a missing one is an install problem too.
             raise _unavailable(spec, exc) from exc
 
+    def sync_schemes(self) -> list[str]:
+        """Installed state schemes whose backend serves :mod:`jobchain.sync` (has a ``sync_factory``)."""
+        return sorted(
+            scheme
+            for (scheme, role), entry in self._entries.items()
+            if role == "state" and entry.spec.sync_factory
+        )
+
+    def open_sync(self, url: BackendURL) -> object:
+        """Call the ``sync_factory`` of ``url``'s state scheme (imported on first use).
+
+        A state backend without one raises BackendUnavailableError naming the schemes that have one.
+        """
+        spec = self.lookup(url.scheme, "state")
+        if not spec.sync_factory:
+            served = ", ".join(f"{s}://" for s in self.sync_schemes()) or "(none installed)"
+            raise BackendUnavailableError(
+                f"the state backend {url.scheme}:// (from {spec.distribution}) has no synchronous adapter, "
+                f"so jobchain.sync cannot use it; state backends that serve jobchain.sync: {served}. "
+                "Use one of those, or the async client (jobchain.connect)"
+            )
+        factory = cast(SyncFactory, _load(spec, spec.sync_factory))
+        try:
+            result = factory(url)
+        except ModuleNotFoundError as exc:
+            raise _unavailable(spec, exc) from exc
+        if inspect.isawaitable(result):
+            if inspect.iscoroutine(result):
+                result.close()
+            raise InvalidArgumentError(
+                f"backend sync_factory {spec.sync_factory} (from {spec.distribution}) must be a plain "
+                "function returning the adapter, not an async one"
+            )
+        return result
+
     def _unknown_message(self, scheme: str, role: Role) -> str:
         installed = ", ".join(f"{s}://" for s in self.schemes(role)) or "(none)"
         message = f"no installed backend serves {scheme}:// for {role}; installed {role} schemes: {installed}"
@@ -162,17 +200,22 @@ def _unavailable(spec: BackendSpec, exc: ModuleNotFoundError) -> BackendUnavaila
     )
 
 
-_factories: dict[str, Factory] = {}
+_factories: dict[str, Callable[..., object]] = {}
 _factories_lock = threading.Lock()
 
 
 def load_factory(spec: BackendSpec) -> Factory:
     """Import ``spec.factory`` once; a missing module raises BackendUnavailableError naming the dist."""
+    return cast(Factory, _load(spec, spec.factory))
+
+
+def _load(spec: BackendSpec, target: str) -> Callable[..., object]:
+    """Import ``target`` (``spec.factory`` or ``spec.sync_factory``) once."""
     with _factories_lock:
-        cached = _factories.get(spec.factory)
+        cached = _factories.get(target)
     if cached is not None:
         return cached
-    module_name, _, attr = spec.factory.partition(":")
+    module_name, _, attr = target.partition(":")
     try:
         module = importlib.import_module(module_name)
     except ModuleNotFoundError as exc:
@@ -181,12 +224,12 @@ def load_factory(spec: BackendSpec) -> Factory:
     factory = getattr(module, attr, None)
     if not callable(factory):
         raise BackendUnavailableError(
-            f"the {spec.role} backend {spec.scheme}:// names factory {spec.factory}, but {module_name} "
+            f"the {spec.role} backend {spec.scheme}:// names factory {target}, but {module_name} "
             f"has no callable {attr!r}; upgrade or reinstall {spec.distribution}"
         )
-    typed = cast(Factory, factory)
+    typed = cast(Callable[..., object], factory)
     with _factories_lock:
-        _factories[spec.factory] = typed
+        _factories[target] = typed
     return typed
 
 
@@ -229,6 +272,7 @@ __all__ = [
     "BackendRegistry",
     "Factory",
     "RegisteredBackend",
+    "SyncFactory",
     "get_registry",
     "load_factory",
     "register",
