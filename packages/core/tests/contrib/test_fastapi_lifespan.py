@@ -238,3 +238,17 @@ def test_a_failing_user_startup_closes_the_client() -> None:
     [client] = opened
     with pytest.raises(jobchain.AdapterClosedError):
         asyncio.run(client.get_chain("0190a3c4-0000-7000-8000-000000000000"))
+
+
+def test_a_failed_connect_leaves_the_lifespan_startable_again() -> None:
+    lifespan = JobchainLifespan("nosuchscheme://x", notify="none", job_types=types)
+
+    async def enter() -> None:
+        async with lifespan(object()):
+            raise AssertionError("connected to an unknown scheme")
+
+    for _ in range(2):  # the second time is the same error, not "already running"
+        with pytest.raises(jobchain.UnknownSchemeError):
+            asyncio.run(enter())
+    with pytest.raises(LifespanNotRunningError):
+        _ = lifespan.client

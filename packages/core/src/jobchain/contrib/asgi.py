@@ -132,6 +132,7 @@ class JobchainLifespan:
         self.key = key
         self._client: Client | None = None
         self._worker: Worker | None = None
+        self._running = False
 
     @property
     def client(self) -> Client:
@@ -151,16 +152,21 @@ class JobchainLifespan:
 
     @asynccontextmanager
     async def _run(self, app: object) -> AsyncIterator[dict[str, Any]]:
-        if self._client is not None:
+        if self._running:
             raise InvalidArgumentError("this JobchainLifespan is already running; create one per app")
-        client = await connect(
-            self._state_url,
-            notify=self._notify,
-            job_types=self._job_types,
-            observers=self._observers,
-            clock=self._clock,
-            migrate=self._migrate,
-        )
+        self._running = True  # before the first await: a second startup meanwhile is refused too
+        try:
+            client = await connect(
+                self._state_url,
+                notify=self._notify,
+                job_types=self._job_types,
+                observers=self._observers,
+                clock=self._clock,
+                migrate=self._migrate,
+            )
+        except BaseException:
+            self._running = False
+            raise
         app_state = getattr(app, "state", None)
         self._client = client
         self._worker = None
@@ -185,7 +191,10 @@ class JobchainLifespan:
             if app_state is not None and getattr(app_state, self.key, None) is client:
                 delattr(app_state, self.key)
             self._client = None
-            await client.close()
+            try:
+                await client.close()
+            finally:
+                self._running = False
 
     def _user_context(self, app: object) -> AbstractAsyncContextManager[Mapping[str, Any] | None]:
         if self._user_lifespan is None:
