@@ -12,7 +12,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from types import TracebackType
-from typing import Any, Generic, TypeVar
+from typing import Any, Generic, Literal, TypeVar
 
 from jobchain.client_controls import ClientControls
 from jobchain.client_lifecycle import ChainsRetried, ClientLifecycle
@@ -70,9 +70,10 @@ class ChainStart(Generic[I]):
     """One chain to start with :meth:`Client.start_chains`.
 
     ``priority`` None: the job type's default. ``ordering_key``: see :meth:`Client.start_chain`.
+    mypy refuses a ``job_type`` that is not an entry type, as for ``start_chain``.
     """
 
-    job_type: JobType[I, Any]
+    job_type: JobType[I, Any, Any, Literal[True]]
     input: I
     id: str | None = None
     deduplication: Deduplication | None = None
@@ -247,7 +248,7 @@ class Client(ClientLifecycle, ClientControls):
     async def start_chain(
         self,
         tx: Transaction,
-        job_type: JobType[I, Any],
+        job_type: JobType[I, Any, Any, Literal[True]],
         input: I,
         *,
         id: str | None = None,
@@ -258,6 +259,9 @@ class Client(ClientLifecycle, ClientControls):
         ordering_key: str | None = None,
     ) -> ChainStarted:
         """Start a chain of the entry type ``job_type`` with ``input``.
+
+        mypy refuses a ``job_type`` defined without ``entry=True`` (``Literal[True]`` in its
+        type) and an ``input`` that is not its input type.
 
         With ``deduplication`` an existing matching chain is returned instead
         (``deduplicated=True``). ``blockers`` keep the first job ``blocked`` until those

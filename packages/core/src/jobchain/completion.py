@@ -11,7 +11,9 @@ import logging
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from datetime import datetime
-from typing import Any, Generic, TypeVar
+from typing import Any, Generic, overload
+
+from typing_extensions import TypeVar
 
 from jobchain.contracts.observe import CreationScope, ObservesJobCreation
 from jobchain.contracts.state import (
@@ -35,14 +37,20 @@ from jobchain.errors import (
     JobchainError,
     JobFinishedError,
 )
-from jobchain.job_types import JobType, JobTypes
+from jobchain.job_types import AnyContinuation, JobType, JobTypes
 from jobchain.transactions import Transaction, TransactionHooks
 
 log = logging.getLogger("jobchain.observe")
 
 I = TypeVar("I")  # noqa: E741 -- conventional input/output type variable names
 O = TypeVar("O")  # noqa: E741
-I2 = TypeVar("I2")
+# What the completion may continue with: the job type's ``continues_with`` tuple (Any: unchecked).
+N = TypeVar("N", covariant=True, default=Any)
+# continue_with's overloads: the successor's input, output and own phantom parameters.
+_NI = TypeVar("_NI")
+_NO = TypeVar("_NO")
+_NN = TypeVar("_NN")
+_NE = TypeVar("_NE")
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -438,8 +446,11 @@ def job_attrs(job: Job) -> dict[str, Any]:
     return _job_attrs(job)
 
 
-class Completion(Generic[I, O]):
+class Completion(Generic[I, O, N]):
     """Finishes one job exactly once: :meth:`complete` with an output or :meth:`continue_with`.
+
+    Annotate ``Completion[Input, Output]``, or ``Completion[Input, Output, Next]`` with the job
+    type's ``continues_with`` tuple as ``Next`` to have mypy check :meth:`continue_with`.
 
     ``job`` is the job being finished (for workerless completion, the chain's current last
     job). Workers pass their ``worker_id`` and ``lease_generation``; workerless completion
@@ -480,16 +491,110 @@ class Completion(Generic[I, O]):
         """Complete the job (and its chain) with ``output``."""
         return await self._finish(output, None)
 
+    @overload
+    async def continue_with(
+        self: Completion[Any, Any, tuple[JobType[_NI, _NO, _NN, _NE], *tuple[Any, ...]]],
+        job_type: JobType[_NI, _NO, _NN, _NE],
+        input: _NI,
+        *,
+        id: str | None = ...,
+        schedule: Schedule | None = ...,
+        blockers: Sequence[Chain | str] = ...,
+    ) -> JobFinished: ...
+
+    @overload
+    async def continue_with(
+        self: Completion[Any, Any, tuple[Any, JobType[_NI, _NO, _NN, _NE], *tuple[Any, ...]]],
+        job_type: JobType[_NI, _NO, _NN, _NE],
+        input: _NI,
+        *,
+        id: str | None = ...,
+        schedule: Schedule | None = ...,
+        blockers: Sequence[Chain | str] = ...,
+    ) -> JobFinished: ...
+
+    @overload
+    async def continue_with(
+        self: Completion[Any, Any, tuple[Any, Any, JobType[_NI, _NO, _NN, _NE], *tuple[Any, ...]]],
+        job_type: JobType[_NI, _NO, _NN, _NE],
+        input: _NI,
+        *,
+        id: str | None = ...,
+        schedule: Schedule | None = ...,
+        blockers: Sequence[Chain | str] = ...,
+    ) -> JobFinished: ...
+
+    @overload
+    async def continue_with(
+        self: Completion[Any, Any, tuple[Any, Any, Any, JobType[_NI, _NO, _NN, _NE], *tuple[Any, ...]]],
+        job_type: JobType[_NI, _NO, _NN, _NE],
+        input: _NI,
+        *,
+        id: str | None = ...,
+        schedule: Schedule | None = ...,
+        blockers: Sequence[Chain | str] = ...,
+    ) -> JobFinished: ...
+
+    @overload
+    async def continue_with(
+        self: Completion[Any, Any, tuple[Any, Any, Any, Any, JobType[_NI, _NO, _NN, _NE], *tuple[Any, ...]]],
+        job_type: JobType[_NI, _NO, _NN, _NE],
+        input: _NI,
+        *,
+        id: str | None = ...,
+        schedule: Schedule | None = ...,
+        blockers: Sequence[Chain | str] = ...,
+    ) -> JobFinished: ...
+
+    @overload
+    async def continue_with(
+        self: Completion[
+            Any, Any, tuple[Any, Any, Any, Any, Any, JobType[_NI, _NO, _NN, _NE], *tuple[Any, ...]]
+        ],
+        job_type: JobType[_NI, _NO, _NN, _NE],
+        input: _NI,
+        *,
+        id: str | None = ...,
+        schedule: Schedule | None = ...,
+        blockers: Sequence[Chain | str] = ...,
+    ) -> JobFinished: ...
+
+    @overload
+    async def continue_with(
+        self: Completion[Any, Any, tuple[Any, Any, Any, Any, Any, Any, Any, *tuple[Any, ...]]],
+        job_type: JobType[_NI, Any],
+        input: _NI,
+        *,
+        id: str | None = ...,
+        schedule: Schedule | None = ...,
+        blockers: Sequence[Chain | str] = ...,
+    ) -> JobFinished: ...
+
+    @overload
+    async def continue_with(
+        self: Completion[Any, Any, AnyContinuation],
+        job_type: JobType[_NI, Any],
+        input: _NI,
+        *,
+        id: str | None = ...,
+        schedule: Schedule | None = ...,
+        blockers: Sequence[Chain | str] = ...,
+    ) -> JobFinished: ...
+
     async def continue_with(
         self,
-        job_type: JobType[I2, Any],
-        input: I2,
+        job_type: JobType[Any, Any],
+        input: Any,
         *,
         id: str | None = None,
         schedule: Schedule | None = None,
         blockers: Sequence[Chain | str] = (),
     ) -> JobFinished:
-        """Complete the job by appending the next job of its chain."""
+        """Complete the job by appending the next job of its chain.
+
+        mypy checks ``job_type`` against the annotation ``Completion[I, O, Next]`` (``Next``:
+        the job type's ``continues_with`` tuple) and ``input`` against ``job_type``'s input.
+        """
         spec = ContinuationSpec(job_type=job_type, input=input, id=id, schedule=schedule, blockers=blockers)
         return await self._finish(None, spec)
 

@@ -30,12 +30,14 @@ from __future__ import annotations
 import math
 import re
 from collections.abc import Iterable, Iterator
+from collections.abc import Set as AbstractSet
 from dataclasses import dataclass
 from datetime import timedelta
 from enum import Enum
-from typing import Any, Final, Generic, Literal, TypeAlias, TypeVar, overload
+from typing import Any, Final, Generic, Literal, TypeAlias, final, overload
 
 import msgspec
+from typing_extensions import TypeVar
 
 from jobchain.entities import JsonValue, RateLimit, TypeLimits, validate_priority
 from jobchain.errors import (
@@ -49,6 +51,18 @@ from jobchain.json_values import MAX_PAYLOAD_BYTES, from_json_value, to_json_val
 
 I = TypeVar("I")  # noqa: E741 -- I/O are the conventional names for input/output type variables
 O = TypeVar("O")  # noqa: E741
+# The two phantom parameters of JobType (docs/reference/job-types.md, "Static typing"): what a
+# job of the type may continue with, and whether it may start a chain. They default to Any, so
+# an annotation ``JobType[X, Y]`` means what it always meant: any successors, entry or not.
+N = TypeVar("N", covariant=True, default=Any)
+E = TypeVar("E", covariant=True, default=Any)
+# JobTypes.define's own type variables: None for ``input=None`` / ``output=None`` (the default
+# applies when the argument does not solve it), the literal of ``entry=`` (a Literal bound keeps
+# the literal where a bool bound would widen it to bool), the exact tuple of ``continues_with=``.
+_In = TypeVar("_In", default=None)
+_Out = TypeVar("_Out", default=None)
+_Entry = TypeVar("_Entry", bound=Literal[True, False], default=Literal[False])
+_Next = TypeVar("_Next", bound="tuple[JobType[Any, Any, Any, Any], ...]")
 
 _NAME_RE = re.compile(r"[A-Za-z0-9_.:-]+")
 MAX_TYPE_NAME_LENGTH = 200
@@ -136,6 +150,23 @@ def validate_type_name(name: object) -> str:
     return name
 
 
+@final
+class AnyContinuation:
+    """The successors of a job type declared without a tuple of job types (static typing only).
+
+    ``continues_with`` left out, None, a list, a set or names: mypy lets its jobs continue with
+    any job type (the run-time check still applies to a declared list or set). Declare
+    ``continues_with=(a, b)`` to have mypy check continuations too.
+    """
+
+
+_Unchecked: TypeAlias = list[Any] | AbstractSet[Any] | Iterable[str]
+"""``continues_with`` values that mypy does not check (the run-time check still applies).
+
+Deliberately disjoint from a tuple of JobTypes: an overload matching both would make mypy
+answer Any for a successor whose input type contains Any (overload ambiguity)."""
+
+
 def _name_set(kind: str, names: Iterable[str | JobType[Any, Any]] | None) -> frozenset[str] | None:
     if names is None:
         return None
@@ -145,8 +176,13 @@ def _name_set(kind: str, names: Iterable[str | JobType[Any, Any]] | None) -> fro
 
 
 @dataclass(frozen=True, slots=True, kw_only=True, eq=False)
-class JobType(Generic[I, O]):
+class JobType(Generic[I, O, N, E]):
     """A declared job type: its name, input and output types and its chaining rules.
+
+    ``JobType[I, O]`` is how to annotate one: its input and output types. :meth:`JobTypes.define`
+    infers two more parameters for mypy: ``N``, the exact tuple of ``continues_with`` (or
+    :class:`AnyContinuation`), and ``E``, ``Literal[True]`` for an entry type (else
+    ``Literal[False]``); an annotation leaves both Any (see the job types reference).
 
     ``continues_with`` lists the type names a job of this type may continue with (None:
     any registered type). ``blockers`` lists the chain type names allowed as blockers
@@ -236,15 +272,18 @@ class JobTypes:
         self.max_attempts = validate_max_attempts(max_attempts, "JobTypes(max_attempts=...)")
         self.timeout = validate_timeout(timeout, "JobTypes(timeout=...)")
 
+    # Two overloads, told apart by ``continues_with`` only: a tuple of job types gives mypy the
+    # exact successors; anything else leaves them unchecked. ``input``/``output`` None and
+    # ``entry`` are inferred by the type variables' defaults and bound, not by more overloads.
     @overload
     def define(
         self,
         name: str,
         *,
-        input: type[I],
-        output: type[O],
-        entry: bool = ...,
-        continues_with: Iterable[str | JobType[Any, Any]] | None = ...,
+        input: type[_In] | None,
+        output: type[_Out] | None,
+        entry: _Entry = ...,
+        continues_with: _Next,
         blockers: Iterable[str | JobType[Any, Any]] | None = ...,
         retry: Any | None = ...,
         lease: Any | None = ...,
@@ -256,17 +295,17 @@ class JobTypes:
         priority: int = ...,
         max_running: int | None = ...,
         rate_limit: RateLimit | None = ...,
-    ) -> JobType[I, O]: ...
+    ) -> JobType[_In, _Out, _Next, _Entry]: ...
 
     @overload
     def define(
         self,
         name: str,
         *,
-        input: type[I],
-        output: None,
-        entry: bool = ...,
-        continues_with: Iterable[str | JobType[Any, Any]] | None = ...,
+        input: type[_In] | None,
+        output: type[_Out] | None,
+        entry: _Entry = ...,
+        continues_with: _Unchecked | None = ...,
         blockers: Iterable[str | JobType[Any, Any]] | None = ...,
         retry: Any | None = ...,
         lease: Any | None = ...,
@@ -278,51 +317,7 @@ class JobTypes:
         priority: int = ...,
         max_running: int | None = ...,
         rate_limit: RateLimit | None = ...,
-    ) -> JobType[I, None]: ...
-
-    @overload
-    def define(
-        self,
-        name: str,
-        *,
-        input: None,
-        output: type[O],
-        entry: bool = ...,
-        continues_with: Iterable[str | JobType[Any, Any]] | None = ...,
-        blockers: Iterable[str | JobType[Any, Any]] | None = ...,
-        retry: Any | None = ...,
-        lease: Any | None = ...,
-        max_payload_bytes: int = ...,
-        max_attempts: MaxAttempts = ...,
-        timeout: timedelta | float | None = ...,
-        fail_on: Iterable[type[BaseException]] = ...,
-        runs_after_failed_blockers: bool = ...,
-        priority: int = ...,
-        max_running: int | None = ...,
-        rate_limit: RateLimit | None = ...,
-    ) -> JobType[None, O]: ...
-
-    @overload
-    def define(
-        self,
-        name: str,
-        *,
-        input: None,
-        output: None,
-        entry: bool = ...,
-        continues_with: Iterable[str | JobType[Any, Any]] | None = ...,
-        blockers: Iterable[str | JobType[Any, Any]] | None = ...,
-        retry: Any | None = ...,
-        lease: Any | None = ...,
-        max_payload_bytes: int = ...,
-        max_attempts: MaxAttempts = ...,
-        timeout: timedelta | float | None = ...,
-        fail_on: Iterable[type[BaseException]] = ...,
-        runs_after_failed_blockers: bool = ...,
-        priority: int = ...,
-        max_running: int | None = ...,
-        rate_limit: RateLimit | None = ...,
-    ) -> JobType[None, None]: ...
+    ) -> JobType[_In, _Out, AnyContinuation, _Entry]: ...
 
     def define(
         self,

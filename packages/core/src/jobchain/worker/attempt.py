@@ -32,7 +32,9 @@ from collections.abc import Awaitable, Callable, Sequence
 from contextlib import AsyncExitStack
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime
-from typing import TYPE_CHECKING, Any, Generic, Literal, TypeVar
+from typing import TYPE_CHECKING, Any, Generic, Literal, overload
+
+from typing_extensions import TypeVar
 
 from jobchain.contracts import JobBlockersGet, JobGet
 from jobchain.entities import Chain, Job, JobStatus, Schedule
@@ -44,7 +46,7 @@ from jobchain.worker.processors import run_wrapped
 if TYPE_CHECKING:
     from jobchain.client import ChainStart, ChainStarted, Client
     from jobchain.entities import Deduplication
-    from jobchain.job_types import JobType
+    from jobchain.job_types import AnyContinuation, JobType
     from jobchain.transactions import Transaction
     from jobchain.worker.completer import CompletionGroups
     from jobchain.worker.processors import Processor
@@ -52,6 +54,14 @@ if TYPE_CHECKING:
 I = TypeVar("I")  # noqa: E741 -- conventional input/output type variable names
 O = TypeVar("O")  # noqa: E741
 I2 = TypeVar("I2")
+O2 = TypeVar("O2")
+# What the handler may continue with: the job type's ``continues_with`` tuple (Any: unchecked).
+N = TypeVar("N", covariant=True, default=Any)
+# continue_with's overloads: the successor's input, output and own phantom parameters.
+_NI = TypeVar("_NI")
+_NO = TypeVar("_NO")
+_NN = TypeVar("_NN")
+_NE = TypeVar("_NE")
 Mode = Literal["atomic", "staged"]
 
 
@@ -84,8 +94,13 @@ class Continue:
     blockers: Sequence[Chain | str] = ()
 
 
-class Attempt(Generic[I, O]):
-    """What a handler receives: the job, its decoded input, the abort signal and the phases."""
+class Attempt(Generic[I, O, N]):
+    """What a handler receives: the job, its decoded input, the abort signal and the phases.
+
+    Annotate a handler ``Attempt[Input, Output]``; add the job type's ``continues_with`` tuple
+    as a third parameter (``Attempt[Input, Output, tuple[JobType[A, B], ...]]``) and mypy
+    checks its :meth:`continue_with` calls too (docs/reference/job-types.md, "Static typing").
+    """
 
     def __init__(self, client: Client, processor: Processor, job: Job, worker_id: str) -> None:
         self.job = job
@@ -133,9 +148,40 @@ class Attempt(Generic[I, O]):
         async with self._client.state.transaction(read_only=True) as tx:
             return await tx.job_blockers_get(JobBlockersGet(job_id=self.job.id))
 
+    async def blocker_output(
+        self, job_type: JobType[Any, O2], *, chain: Chain | ChainStarted | str | None = None
+    ) -> O2:
+        """The output of the blocker chain that ended with a ``job_type`` job, typed ``O2``.
+
+        A chain's output is its last job's, so ``job_type`` is the type its blocker chain
+        ended with: the type it was started with, unless it continued. Several blockers that
+        ended with that type: pass ``chain`` (a Chain, ChainStarted or id) to choose one, or
+        use :meth:`blocker_outputs`. Raises InvalidArgumentError when no blocker (or several)
+        ended with ``job_type``; ChainFailedError / ChainCancelledError for a blocker that did
+        not complete (possible only for a ``runs_after_failed_blockers`` type).
+        """
+        from jobchain.worker.blocker_outputs import chain_id_of, one_output, outputs_of
+
+        registered = self._client.job_types.resolve(job_type)
+        blockers = await self.blockers()
+        output: O2
+        if chain is None:
+            output = one_output(blockers, registered)
+        else:
+            [output] = outputs_of(blockers, registered, chain_id=chain_id_of(chain))
+        return output
+
+    async def blocker_outputs(self, job_type: JobType[Any, O2]) -> list[O2]:
+        """The outputs of every blocker chain that ended with a ``job_type`` job, in blocker
+        order (fan-in); see :meth:`blocker_output` for the errors."""
+        from jobchain.worker.blocker_outputs import outputs_of
+
+        registered = self._client.job_types.resolve(job_type)
+        return outputs_of(await self.blockers(), registered)
+
     async def start_chain(
         self,
-        job_type: JobType[I2, Any],
+        job_type: JobType[I2, Any, Any, Literal[True]],
         input: I2,
         *,
         id: str | None = None,
@@ -235,17 +281,120 @@ class Attempt(Generic[I, O]):
         """Finish the job (and its chain, unless continued) with ``output``."""
         return await self._finish(output, None, callback)
 
+    @overload
+    async def continue_with(
+        self: Attempt[Any, Any, tuple[JobType[_NI, _NO, _NN, _NE], *tuple[Any, ...]]],
+        job_type: JobType[_NI, _NO, _NN, _NE],
+        input: _NI,
+        *,
+        schedule: Schedule | None = ...,
+        blockers: Sequence[Chain | str] = ...,
+        id: str | None = ...,
+        callback: Callable[[Transaction], Awaitable[Any]] | None = ...,
+    ) -> Completed: ...
+
+    @overload
+    async def continue_with(
+        self: Attempt[Any, Any, tuple[Any, JobType[_NI, _NO, _NN, _NE], *tuple[Any, ...]]],
+        job_type: JobType[_NI, _NO, _NN, _NE],
+        input: _NI,
+        *,
+        schedule: Schedule | None = ...,
+        blockers: Sequence[Chain | str] = ...,
+        id: str | None = ...,
+        callback: Callable[[Transaction], Awaitable[Any]] | None = ...,
+    ) -> Completed: ...
+
+    @overload
+    async def continue_with(
+        self: Attempt[Any, Any, tuple[Any, Any, JobType[_NI, _NO, _NN, _NE], *tuple[Any, ...]]],
+        job_type: JobType[_NI, _NO, _NN, _NE],
+        input: _NI,
+        *,
+        schedule: Schedule | None = ...,
+        blockers: Sequence[Chain | str] = ...,
+        id: str | None = ...,
+        callback: Callable[[Transaction], Awaitable[Any]] | None = ...,
+    ) -> Completed: ...
+
+    @overload
+    async def continue_with(
+        self: Attempt[Any, Any, tuple[Any, Any, Any, JobType[_NI, _NO, _NN, _NE], *tuple[Any, ...]]],
+        job_type: JobType[_NI, _NO, _NN, _NE],
+        input: _NI,
+        *,
+        schedule: Schedule | None = ...,
+        blockers: Sequence[Chain | str] = ...,
+        id: str | None = ...,
+        callback: Callable[[Transaction], Awaitable[Any]] | None = ...,
+    ) -> Completed: ...
+
+    @overload
+    async def continue_with(
+        self: Attempt[Any, Any, tuple[Any, Any, Any, Any, JobType[_NI, _NO, _NN, _NE], *tuple[Any, ...]]],
+        job_type: JobType[_NI, _NO, _NN, _NE],
+        input: _NI,
+        *,
+        schedule: Schedule | None = ...,
+        blockers: Sequence[Chain | str] = ...,
+        id: str | None = ...,
+        callback: Callable[[Transaction], Awaitable[Any]] | None = ...,
+    ) -> Completed: ...
+
+    @overload
+    async def continue_with(
+        self: Attempt[
+            Any, Any, tuple[Any, Any, Any, Any, Any, JobType[_NI, _NO, _NN, _NE], *tuple[Any, ...]]
+        ],
+        job_type: JobType[_NI, _NO, _NN, _NE],
+        input: _NI,
+        *,
+        schedule: Schedule | None = ...,
+        blockers: Sequence[Chain | str] = ...,
+        id: str | None = ...,
+        callback: Callable[[Transaction], Awaitable[Any]] | None = ...,
+    ) -> Completed: ...
+
+    @overload
+    async def continue_with(
+        self: Attempt[Any, Any, tuple[Any, Any, Any, Any, Any, Any, Any, *tuple[Any, ...]]],
+        job_type: JobType[_NI, Any],
+        input: _NI,
+        *,
+        schedule: Schedule | None = ...,
+        blockers: Sequence[Chain | str] = ...,
+        id: str | None = ...,
+        callback: Callable[[Transaction], Awaitable[Any]] | None = ...,
+    ) -> Completed: ...
+
+    @overload
+    async def continue_with(
+        self: Attempt[Any, Any, AnyContinuation],
+        job_type: JobType[_NI, Any],
+        input: _NI,
+        *,
+        schedule: Schedule | None = ...,
+        blockers: Sequence[Chain | str] = ...,
+        id: str | None = ...,
+        callback: Callable[[Transaction], Awaitable[Any]] | None = ...,
+    ) -> Completed: ...
+
     async def continue_with(
         self,
-        job_type: JobType[I2, Any],
-        input: I2,
+        job_type: JobType[Any, Any],
+        input: Any,
         *,
         schedule: Schedule | None = None,
         blockers: Sequence[Chain | str] = (),
         id: str | None = None,
         callback: Callable[[Transaction], Awaitable[Any]] | None = None,
     ) -> Completed:
-        """Finish this job by appending the next job of the chain."""
+        """Finish this job by appending the next job of the chain.
+
+        mypy checks ``job_type`` against the handler's annotation ``Attempt[I, O, Next]``
+        (``Next``: the ``continues_with`` tuple of the job type, see the job types reference)
+        and ``input`` against ``job_type``'s input type.
+        """
         from jobchain.completion import ContinuationSpec
 
         spec = ContinuationSpec(job_type=job_type, input=input, schedule=schedule, blockers=blockers, id=id)

@@ -12,7 +12,7 @@ import inspect
 from collections.abc import Awaitable, Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from datetime import timedelta
-from typing import TYPE_CHECKING, Any, Protocol, TypeVar
+from typing import TYPE_CHECKING, Any, Literal, Protocol, TypeVar
 
 from jobchain.errors import DuplicateJobTypeError, InvalidArgumentError, InvalidScheduleError
 from jobchain.job_types import UNSET, MaxAttempts, validate_max_attempts, validate_timeout
@@ -27,6 +27,7 @@ if TYPE_CHECKING:
 
 I = TypeVar("I")  # noqa: E741 -- conventional input/output type variable names
 O = TypeVar("O")  # noqa: E741
+N = TypeVar("N")  # the job type's continues_with tuple, which the handler's attempt carries
 
 AsyncHandler = Callable[["Attempt[Any, Any]"], Awaitable["Completed"]]
 SyncHandler = Callable[["Attempt[Any, Any]"], Any]
@@ -99,8 +100,8 @@ class Processors:
 
     def register(
         self,
-        job_type: JobType[I, O],
-        handler: Callable[[Attempt[I, O]], Awaitable[Completed]] | Callable[[Attempt[I, O]], Any],
+        job_type: JobType[I, O, N],
+        handler: Callable[[Attempt[I, O, N]], Awaitable[Completed]] | Callable[[Attempt[I, O, N]], Any],
         *,
         retry: Backoff | None = None,
         lease: LeaseConfig | None = None,
@@ -130,16 +131,16 @@ class Processors:
 
     def handler(
         self,
-        job_type: JobType[I, O],
+        job_type: JobType[I, O, N],
         *,
         retry: Backoff | None = None,
         lease: LeaseConfig | None = None,
         max_attempts: MaxAttempts = UNSET,
         timeout: timedelta | float | None = None,
-    ) -> Callable[[Callable[[Attempt[I, O]], Any]], Callable[[Attempt[I, O]], Any]]:
+    ) -> Callable[[Callable[[Attempt[I, O, N]], Any]], Callable[[Attempt[I, O, N]], Any]]:
         """Decorator form of :meth:`register`."""
 
-        def decorate(fn: Callable[[Attempt[I, O]], Any]) -> Callable[[Attempt[I, O]], Any]:
+        def decorate(fn: Callable[[Attempt[I, O, N]], Any]) -> Callable[[Attempt[I, O, N]], Any]:
             self.register(job_type, fn, retry=retry, lease=lease, max_attempts=max_attempts, timeout=timeout)
             return fn
 
@@ -217,7 +218,7 @@ class Processors:
     def periodic(
         self,
         cron: str,
-        job_type: JobType[I, Any],
+        job_type: JobType[I, Any, Any, Literal[True]],
         input: I,
         *,
         name: str | None = None,
