@@ -17,7 +17,7 @@ import threading
 from collections.abc import Callable, Coroutine, Iterator, Sequence
 from contextlib import contextmanager
 from types import TracebackType
-from typing import Any, Concatenate, ParamSpec, TypeVar
+from typing import Any, Concatenate, Literal, ParamSpec, TypeVar
 
 from jobchain.client import ChainStart, ChainStarted, Client
 from jobchain.client_queries import Clock
@@ -216,7 +216,7 @@ class SyncClient(SyncReads):
     def start_chain(
         self,
         tx: SyncTransaction,
-        job_type: JobType[I, Any],
+        job_type: JobType[I, Any, Any, Literal[True]],
         input: I,
         *,
         id: str | None = None,
