@@ -292,8 +292,15 @@ async def _join(connection: object, read_only: bool) -> tuple[Executor, bool]:
         return await join_sqlalchemy(connection, read_only=read_only)
     raise InvalidArgumentError(
         "connection must be an aiosqlite.Connection or an SQLAlchemy AsyncConnection/AsyncSession "
-        f"(sqlite+aiosqlite), got {type(connection).__name__}"
+        f"(sqlite+aiosqlite), got {type(connection).__name__}{_sync_hint(connection)}"
     )
+
+
+def _sync_hint(connection: object) -> str:
+    """Point a synchronous connection at the synchronous client that joins it."""
+    if isinstance(connection, sqlite3.Connection):
+        return " (a sqlite3.Connection joins through the synchronous client, jobchain.sync)"
+    return ""
 
 
 async def open_state_adapter(url: BackendURL) -> SqliteStateAdapter:

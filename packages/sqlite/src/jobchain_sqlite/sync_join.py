@@ -55,7 +55,8 @@ async def join_sqlite3(
     if not conn.in_transaction and not read_only:
         if autocommits(conn):
             raise InvalidArgumentError(
-                f"{what} is in autocommit mode (isolation_level=None) and not inside a "
+                f"{what} is in autocommit mode (isolation_level=None; SQLAlchemy: "
+                "isolation_level='AUTOCOMMIT') and not inside a "
                 "transaction, so nothing would commit what jobchain writes; begin one first "
                 "(Django: inside transaction.atomic(); sqlite3: conn.execute('BEGIN')) so your "
                 "commit decides, or call transaction() without connection= to let jobchain commit"

@@ -51,7 +51,8 @@ async def join_sqlalchemy(connection: object, *, read_only: bool) -> tuple[SqlAl
     if not isinstance(connection, AsyncConnection):
         raise InvalidArgumentError(
             "connection must be an SQLAlchemy AsyncConnection or AsyncSession, "
-            f"got {type(connection).__name__}"
+            f"got {type(connection).__name__} (a sync Session or Connection joins through the "
+            "synchronous client, jobchain.sync)"
         )
     if connection.dialect.name != "sqlite":
         raise InvalidArgumentError(
