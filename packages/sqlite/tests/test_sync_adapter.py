@@ -93,6 +93,13 @@ def test_the_plugin_declares_the_sync_factory_and_it_reads_the_url_options(tmp_p
         assert conn.execute("SELECT COUNT(*) FROM app_jc_job").fetchone()[0] == 1
 
 
+def test_the_sync_factory_takes_sqlalchemys_pysqlite_url(tmp_path: Path) -> None:
+    adapter = open_sync_state_adapter(BackendURL.parse(f"sqlite+pysqlite:///{tmp_path}/p.db?table_prefix=p_"))
+    assert adapter.options.path == f"{tmp_path}/p.db"
+    assert adapter.options.table_prefix == "p_"
+    run(adapter.close())
+
+
 def test_create_get_and_list_run_driven(sync_adapter: SyncSqliteStateAdapter) -> None:
     first = run(create(sync_adapter, [new_job()]))
     # 100 jobs: the size from which the async adapter overlaps building with the insert task.

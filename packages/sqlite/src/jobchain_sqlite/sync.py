@@ -22,6 +22,7 @@ the async concurrency model with thread primitives:
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import sqlite3
 import threading
 from collections.abc import AsyncIterator, Iterator
@@ -225,7 +226,13 @@ class SyncSqliteStateAdapter(SqliteStateAdapter):
 
 
 def open_sync_state_adapter(url: BackendURL) -> SqliteStateAdapter:
-    """The ``sqlite://`` sync factory named in ``jobchain_sqlite.plugin`` (see SqliteOptions.from_url)."""
+    """The ``sqlite://`` sync factory named in ``jobchain_sqlite.plugin`` (see SqliteOptions.from_url).
+
+    Also takes ``sqlite+pysqlite://`` (SQLAlchemy's name for the stdlib driver), so a sync app
+    can pass its engine's URL; the options and pragmas are those of the async factory.
+    """
+    if url.driver == "pysqlite":
+        url = dataclasses.replace(url, driver=None)
     return SyncSqliteStateAdapter(SqliteOptions.from_url(url))
 
 
