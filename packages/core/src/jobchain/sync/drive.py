@@ -38,6 +38,14 @@ def drive(coroutine: Coroutine[Any, Any, T]) -> T:
             raise
         # asyncio.sleep, create_task and friends look for the loop before they suspend.
         raise SyncWiringError(f"{error} while driven synchronously (jobchain bug)") from error
+    except AttributeError as error:
+        if "create_future" not in str(error):
+            raise
+        # A contended asyncio.Lock/Event/Condition asks its (absent) loop for a future to wait on.
+        raise SyncWiringError(
+            "an asyncio primitive had to wait while driven synchronously (jobchain bug, or memory:// "
+            "used by two open transactions of one thread)"
+        ) from error
     coroutine.close()
     name = getattr(coroutine, "__qualname__", repr(coroutine))
     raise SyncWiringError(
