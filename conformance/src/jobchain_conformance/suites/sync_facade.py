@@ -2,7 +2,7 @@
 
 ``SyncFacadeSuite``: jobchain's own transactions (starts, batches, deduplication, schedules,
 blockers, reads, await_chain, typed errors, refusal inside an event loop, wake-ups after
-commit). ``SyncJoinedSuite``: the caller's own transaction (psycopg, sqlite3, SQLAlchemy):
+commit). ``SyncJoinedSuite``: the caller's own transaction (each driver object the backend joins):
 visible only after the caller's commit, gone on rollback, wake-ups only after that commit.
 Fixtures: :mod:`jobchain_conformance.suites.sync_facade_support`.
 """

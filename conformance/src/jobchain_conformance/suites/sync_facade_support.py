@@ -57,7 +57,8 @@ class CallerConnection:
 
     ``connection`` is what goes to ``client.transaction(connection=…)``; ``commit`` and
     ``rollback`` end the caller's transaction; ``reports_commit`` is True where jobchain sees
-    the commit (SQLAlchemy), False where the caller calls ``tx.flush()`` (psycopg, sqlite3).
+    the commit (an ORM session reporting its commits), False where the caller calls ``tx.flush()``
+    after committing (a bare driver connection).
     """
 
     connection: object
