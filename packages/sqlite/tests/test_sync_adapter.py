@@ -304,3 +304,54 @@ def test_a_write_transaction_of_another_thread_waits_for_the_open_one(
     # The second transaction could not commit before the first released the writer.
     assert order == ["first commits", "second committed"]
     assert set(run(list_ids(sync_adapter))) == {first.id, second.id}
+
+
+def test_close_from_another_thread_lets_an_open_write_transaction_commit(db_path: Path) -> None:
+    adapter = SyncSqliteStateAdapter(str(db_path))
+    run(adapter.migrate())
+    job = new_job()
+    opened, release = threading.Event(), threading.Event()
+    errors: list[BaseException] = []
+
+    async def hold() -> None:
+        async with adapter.transaction() as tx:
+            await tx.jobs_create(JobsCreate(jobs=[job]))
+            opened.set()
+            release.wait(30)
+
+    def holder() -> None:
+        try:
+            run(hold())
+        except BaseException as error:
+            errors.append(error)
+
+    holding = threading.Thread(target=holder)
+    holding.start()
+    opened.wait(30)
+    closing = threading.Thread(target=lambda: run(adapter.close()))
+    closing.start()
+    release.set()
+    holding.join(30)
+    closing.join(30)
+    assert errors == []
+    assert adapter.closed
+    with pytest.raises(AdapterClosedError):
+        run(create(adapter, [new_job()]))
+    reopened = SyncSqliteStateAdapter(str(db_path))
+    assert run(get_chain(reopened, job.id)) is not None
+    run(reopened.close())
+
+
+def test_in_memory_read_inside_a_write_of_the_same_thread_is_refused_not_deadlocked() -> None:
+    adapter = open_sync_state_adapter(BackendURL.parse("sqlite:///:memory:"))
+    run(adapter.migrate())
+
+    async def nested() -> None:
+        async with adapter.transaction() as tx:
+            await tx.jobs_create(JobsCreate(jobs=[new_job()]))
+            await get_chain(adapter, "x")  # :memory: has one connection: reads take the writer
+
+    with pytest.raises(InvalidArgumentError, match="already has a transaction"):
+        run(nested())
+    assert run(list_ids(adapter)) == []
+    run(adapter.close())

@@ -26,7 +26,7 @@ import dataclasses
 import sqlite3
 import threading
 from collections.abc import AsyncIterator, Iterator
-from contextlib import asynccontextmanager, contextmanager
+from contextlib import AbstractAsyncContextManager, asynccontextmanager, contextmanager
 
 from jobchain.contracts.state import StateTx
 from jobchain.entities import utcnow
@@ -144,6 +144,13 @@ class SyncSqliteStateAdapter(SqliteStateAdapter):
                         conn.close()
 
     # ------------------------------------------------------------ transactions
+
+    def transaction(
+        self, *, read_only: bool = False, connection: object | None = None
+    ) -> AbstractAsyncContextManager[StateTx]:
+        """Open a transaction, or join the caller's ``sqlite3.Connection`` or SQLAlchemy sync
+        ``Session``/``Connection`` (pysqlite): the caller's commit decides (see sync_join)."""
+        return super().transaction(read_only=read_only, connection=connection)
 
     @asynccontextmanager
     async def _write_transaction(self, read_only: bool) -> AsyncIterator[StateTx]:

@@ -16,6 +16,11 @@ The caller's commit decides; jobchain never commits or rolls back a joined conne
   caller's transaction if one is open, else each statement on its own.
 - ``autocommit=False`` (Python 3.12+): a transaction is always open; jobchain joins it.
 
+A transaction the caller opened with a plain (deferred) ``BEGIN``, as Django's ``atomic()``
+does by default, takes the write lock at its first write: under contention from another
+writer SQLite may report the file busy at once instead of waiting (DatabaseLockedError).
+Django's ``OPTIONS={"transaction_mode": "IMMEDIATE"}`` avoids that.
+
 SQLAlchemy: a sync ``Session`` (its transaction is begun, so its ``commit()`` decides) or a
 sync ``Connection`` inside ``begin()``, on a ``sqlite`` engine with the pysqlite driver; the
 adapter runs on the underlying ``sqlite3.Connection`` within that transaction.
