@@ -44,7 +44,8 @@ def state_url_for(alias: str, config: JobchainSettings) -> str:
         url = _sqlite(wrapper.settings_dict, config.state_options, where)
     else:
         raise ImproperlyConfigured(
-            f"{where} uses the {vendor} backend; jobchain keeps its tables in PostgreSQL (psycopg 3) "
+            f"{where} uses {wrapper.settings_dict.get('ENGINE')!r} (vendor {vendor!r}); jobchain keeps "
+            "its tables in PostgreSQL (psycopg 3) "
             "or SQLite: point JOBCHAIN['DATABASE'] at such an alias, or set JOBCHAIN['STATE_URL']"
         )
     return url.render(hide_password=False)

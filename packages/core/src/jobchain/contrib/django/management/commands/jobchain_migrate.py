@@ -44,4 +44,5 @@ class Command(BaseCommand):
             name = asyncio.run(_migrate(state_url_for(alias, config)))
         except JobchainError as exc:
             raise CommandError(" ".join(str(exc).split())) from exc
-        self.stdout.write(f"migrated jobchain's tables in database {alias!r} ({name})")
+        if options.get("verbosity", 1) >= 1:
+            self.stdout.write(f"migrated jobchain's tables in database {alias!r} ({name})")

@@ -1,0 +1,1 @@
+"""The Django project of jobchain.contrib.django's tests (settings only)."""

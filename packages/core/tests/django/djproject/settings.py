@@ -1,0 +1,57 @@
+"""Settings of the test project; everything per run comes from the environment.
+
+``conftest.py`` sets these variables before Django starts, and the worker subprocesses
+inherit them, so a test and the worker it spawns see the same databases:
+
+* ``JOBCHAIN_DJANGO_SQLITE`` — the SQLite file of alias ``default`` (a per-run temp file);
+* ``JOBCHAIN_DJANGO_PG_NAME`` — the per-run PostgreSQL database of alias ``pg``;
+* ``JOBCHAIN_DJANGO_DATABASE`` — the alias the worker and ``jobchain_migrate`` use;
+* ``JOBCHAIN_DJANGO_BROKEN`` — set: a JOBCHAIN setting with a bad key (start-up test).
+"""
+
+from __future__ import annotations
+
+import os
+
+from jobchain.url import BackendURL
+
+SECRET_KEY = "jobchain-tests-only"
+DEBUG = False
+USE_TZ = True
+TIME_ZONE = "Europe/Paris"  # not UTC: jobchain's timestamps must not depend on Django's zone
+INSTALLED_APPS = ["jobchain.contrib.django", "djshop"]
+DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
+
+_pg = BackendURL.parse(
+    os.environ.get("JOBCHAIN_TEST_POSTGRES_URL", "").strip() or "postgresql://postgres@127.0.0.1:5432/test"
+)
+
+DATABASES = {
+    "default": {
+        "ENGINE": "django.db.backends.sqlite3",
+        "NAME": os.environ.get("JOBCHAIN_DJANGO_SQLITE", "jobchain-django-tests.sqlite3"),
+        "OPTIONS": {"timeout": 20},
+    },
+    "pg": {
+        "ENGINE": "django.db.backends.postgresql",
+        "NAME": os.environ.get("JOBCHAIN_DJANGO_PG_NAME", "test"),
+        "USER": _pg.username or "",
+        "PASSWORD": _pg.password or "",
+        "HOST": _pg.host or "",
+        "PORT": str(_pg.port or ""),
+        "OPTIONS": {"application_name": "jobchain-django-tests"},
+    },
+    # Aliases jobchain must refuse (tests of ImproperlyConfigured; never connected to).
+    "memory": {"ENGINE": "django.db.backends.sqlite3", "NAME": ":memory:"},
+    "other": {"ENGINE": "django.db.backends.dummy"},
+}
+
+JOBCHAIN = {
+    "JOB_TYPES": "djshop.jobs:registry",
+    "PROCESSORS": "djshop.jobs:processors",
+    "DATABASE": os.environ.get("JOBCHAIN_DJANGO_DATABASE", "default"),
+    "NOTIFY_URL": os.environ.get("JOBCHAIN_DJANGO_NOTIFY_URL") or None,
+    "WORKER": {"concurrency": 2, "poll_interval": 0.2, "name": "django-tests"},
+}
+if os.environ.get("JOBCHAIN_DJANGO_BROKEN"):
+    JOBCHAIN["PROCESSOR"] = "djshop.jobs:processors"

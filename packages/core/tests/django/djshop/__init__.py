@@ -1,0 +1,1 @@
+"""A tiny app whose jobs write through the ORM."""
