@@ -424,7 +424,7 @@ class Client(ClientLifecycle, ClientControls):
         tx: Transaction,
         job_type: TypeRef,
         chain_id: str,
-        handler: Callable[[Completion[Any, Any]], Awaitable[object]],
+        handler: Callable[[Completion[Any, Any, Any]], Awaitable[object]],
     ) -> Chain:
         """Finish a chain's current job without a worker and return the re-read chain.
 
@@ -442,7 +442,7 @@ class Client(ClientLifecycle, ClientControls):
         if chain is None:
             raise ChainNotFoundError(chain_id)
         self._check_type(expected, chain.type_name)
-        completion: Completion[Any, Any] = Completion(tx, chain.last, self.job_types, now=self._now())
+        completion: Completion[Any, Any, Any] = Completion(tx, chain.last, self.job_types, now=self._now())
         await handler(completion)
         reread = await tx.state.chain_get(ChainGet(chain_id=chain_id))
         if reread is None:

@@ -44,8 +44,9 @@ log = logging.getLogger("jobchain.observe")
 
 I = TypeVar("I")  # noqa: E741 -- conventional input/output type variable names
 O = TypeVar("O")  # noqa: E741
-# What the completion may continue with: the job type's ``continues_with`` tuple (Any: unchecked).
-N = TypeVar("N", covariant=True, default=Any)
+# What the completion may continue with: the job type's ``continues_with`` tuple (default: any
+# type, inputs still checked; see worker/attempt.py).
+N = TypeVar("N", covariant=True, default=AnyContinuation)
 # continue_with's overloads: the successor's input, output and own phantom parameters.
 _NI = TypeVar("_NI")
 _NO = TypeVar("_NO")

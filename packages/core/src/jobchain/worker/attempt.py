@@ -39,6 +39,7 @@ from typing_extensions import TypeVar
 from jobchain.contracts import JobBlockersGet, JobGet
 from jobchain.entities import Chain, Job, JobStatus, Schedule
 from jobchain.errors import InvalidArgumentError, JobchainError
+from jobchain.job_types import AnyContinuation
 from jobchain.worker.abort import AbortSignal, AttemptAbortedError
 from jobchain.worker.ownership import reason_for
 from jobchain.worker.processors import run_wrapped
@@ -46,7 +47,7 @@ from jobchain.worker.processors import run_wrapped
 if TYPE_CHECKING:
     from jobchain.client import ChainStart, ChainStarted, Client
     from jobchain.entities import Deduplication
-    from jobchain.job_types import AnyContinuation, JobType
+    from jobchain.job_types import JobType
     from jobchain.transactions import Transaction
     from jobchain.worker.completer import CompletionGroups
     from jobchain.worker.processors import Processor
@@ -55,8 +56,10 @@ I = TypeVar("I")  # noqa: E741 -- conventional input/output type variable names
 O = TypeVar("O")  # noqa: E741
 I2 = TypeVar("I2")
 O2 = TypeVar("O2")
-# What the handler may continue with: the job type's ``continues_with`` tuple (Any: unchecked).
-N = TypeVar("N", covariant=True, default=Any)
+# What the handler may continue with: the job type's ``continues_with`` tuple. The default,
+# AnyContinuation (not Any, which would let mypy infer Any for the successor's input), keeps
+# ``Attempt[X, Y]`` checking the input of any continuation without checking its type.
+N = TypeVar("N", covariant=True, default=AnyContinuation)
 # continue_with's overloads: the successor's input, output and own phantom parameters.
 _NI = TypeVar("_NI")
 _NO = TypeVar("_NO")

@@ -27,10 +27,9 @@ if TYPE_CHECKING:
 
 I = TypeVar("I")  # noqa: E741 -- conventional input/output type variable names
 O = TypeVar("O")  # noqa: E741
-N = TypeVar("N")  # the job type's continues_with tuple, which the handler's attempt carries
 
-AsyncHandler = Callable[["Attempt[Any, Any]"], Awaitable["Completed"]]
-SyncHandler = Callable[["Attempt[Any, Any]"], Any]
+AsyncHandler = Callable[["Attempt[Any, Any, Any]"], Awaitable["Completed"]]
+SyncHandler = Callable[["Attempt[Any, Any, Any]"], Any]
 Next = Callable[[], Awaitable[Any]]
 SyncHandlerWrapper = Callable[[Callable[[], Any]], Any]
 """``Worker(sync_handler_wrapper=...)``: runs in the thread of every sync handler call (batch
@@ -100,8 +99,8 @@ class Processors:
 
     def register(
         self,
-        job_type: JobType[I, O, N],
-        handler: Callable[[Attempt[I, O, N]], Awaitable[Completed]] | Callable[[Attempt[I, O, N]], Any],
+        job_type: JobType[I, O],
+        handler: Callable[[Attempt[I, O, Any]], Awaitable[Completed]] | Callable[[Attempt[I, O, Any]], Any],
         *,
         retry: Backoff | None = None,
         lease: LeaseConfig | None = None,
@@ -131,16 +130,16 @@ class Processors:
 
     def handler(
         self,
-        job_type: JobType[I, O, N],
+        job_type: JobType[I, O],
         *,
         retry: Backoff | None = None,
         lease: LeaseConfig | None = None,
         max_attempts: MaxAttempts = UNSET,
         timeout: timedelta | float | None = None,
-    ) -> Callable[[Callable[[Attempt[I, O, N]], Any]], Callable[[Attempt[I, O, N]], Any]]:
+    ) -> Callable[[Callable[[Attempt[I, O, Any]], Any]], Callable[[Attempt[I, O, Any]], Any]]:
         """Decorator form of :meth:`register`."""
 
-        def decorate(fn: Callable[[Attempt[I, O, N]], Any]) -> Callable[[Attempt[I, O, N]], Any]:
+        def decorate(fn: Callable[[Attempt[I, O, Any]], Any]) -> Callable[[Attempt[I, O, Any]], Any]:
             self.register(job_type, fn, retry=retry, lease=lease, max_attempts=max_attempts, timeout=timeout)
             return fn
 
@@ -341,7 +340,7 @@ async def call_in_thread(wrapper: SyncHandlerWrapper | None, handler: Callable[[
 
 
 async def run_wrapped(
-    middleware: Sequence[object], hook: str, attempt: Attempt[Any, Any], innermost: Next, *extra: Any
+    middleware: Sequence[object], hook: str, attempt: Attempt[Any, Any, Any], innermost: Next, *extra: Any
 ) -> Any:
     """Run ``innermost`` inside every middleware's ``hook`` (first middleware outermost)."""
     call: Next = innermost
