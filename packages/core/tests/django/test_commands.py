@@ -10,6 +10,7 @@ import sqlite3
 import subprocess
 import sys
 import threading
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -138,3 +139,30 @@ def test_sync_handler_calls_close_old_connections_before_and_after(sqlite_databa
     assert seen["before"] is None
     assert isinstance(seen["result"], int)
     assert seen["after"] is None
+
+
+def test_jobchain_worker_migrate_applies_the_migrations_then_runs(tmp_path: Path) -> None:
+    fresh = tmp_path / "fresh.sqlite3"
+    log_path = tmp_path / "worker.log"
+    with log_path.open("w") as log:
+        process = subprocess.Popen(
+            [sys.executable, "-m", "django", "jobchain_worker", "--migrate", "--name", "migrating"],
+            env=worker_env("default", JOBCHAIN_DJANGO_SQLITE=str(fresh)),
+            stdout=log,
+            stderr=subprocess.STDOUT,
+        )
+    try:
+        deadline = time.monotonic() + WAIT
+        while "worker migrating" not in log_path.read_text() and process.poll() is None:
+            assert time.monotonic() < deadline, log_path.read_text()
+            time.sleep(0.05)  # polling a condition, not asserting on time
+        assert process.poll() is None, log_path.read_text()
+        process.send_signal(signal.SIGTERM)
+        assert process.wait(WAIT) == 0, log_path.read_text()
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.wait(WAIT)
+    with sqlite3.connect(fresh) as conn:
+        tables = {row[0] for row in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
+    assert "jobchain_job" in tables

@@ -30,7 +30,9 @@ DATABASES = {
     "default": {
         "ENGINE": "django.db.backends.sqlite3",
         "NAME": os.environ.get("JOBCHAIN_DJANGO_SQLITE", "jobchain-django-tests.sqlite3"),
-        "OPTIONS": {"timeout": 20},
+        # IMMEDIATE: atomic() takes the write lock at BEGIN, so it waits (timeout) for the
+        # worker process instead of failing at its first write with "database is locked".
+        "OPTIONS": {"timeout": 20, "transaction_mode": "IMMEDIATE"},
     },
     "pg": {
         "ENGINE": "django.db.backends.postgresql",
