@@ -10,6 +10,7 @@ databases. PostgreSQL missing: its tests skip, and fail under ``CI=true``.
 
 from __future__ import annotations
 
+import atexit
 import os
 import shutil
 import socket
@@ -24,6 +25,7 @@ import pytest
 HERE = Path(__file__).resolve().parent
 RUN = uuid.uuid4().hex[:12]
 TMP = Path(tempfile.mkdtemp(prefix=f"jobchain-django-{RUN}-"))
+atexit.register(shutil.rmtree, TMP, ignore_errors=True)
 
 if str(HERE) not in sys.path:
     sys.path.insert(0, str(HERE))  # djproject and djshop import as top-level packages
