@@ -35,9 +35,9 @@ def caller(kind: str, path: Path) -> Iterator[CallerConnection]:
             with Session(engine) as session:
                 yield CallerConnection(session, session.commit, session.rollback, True, kind)
         else:
-            with engine.connect() as connection:
-                connection.begin()  # jobchain joins a connection already inside a transaction
-                yield CallerConnection(connection, connection.commit, connection.rollback, True, kind)
+            with engine.connect() as joined:
+                joined.begin()  # jobchain joins a connection already inside a transaction
+                yield CallerConnection(joined, joined.commit, joined.rollback, True, kind)
     finally:
         engine.dispose()
 
