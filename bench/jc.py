@@ -1,6 +1,6 @@
 """jobchain side of the benchmark; every subcommand runs in its own process.
 
-python bench/jc.py start STATE NOTIFY single|batch N BATCH
+python bench/jc.py start STATE NOTIFY single|single-autocommit|single-sync|batch N BATCH
 python bench/jc.py fill STATE N                      (untimed: N chains, 1,000 per transaction)
 python bench/jc.py worker CONFIG_JSON                (process N jobs, print one JSON line)
 python bench/jc.py latency STATE NOTIFY POLL N GAP   (starter + idle worker subprocess)
@@ -54,6 +54,22 @@ async def start(state: str, notify: str, how: str, n: int, batch: int) -> dict[s
         elapsed = time.perf_counter() - t0
     finally:
         await client.close()
+    return {"n": n, "seconds": elapsed, "rate": n / elapsed}
+
+
+def start_sync(state: str, notify: str, n: int) -> dict[str, Any]:
+    """``n`` single starts through jobchain.sync, each in its own transaction: no event loop."""
+    import jobchain.sync
+
+    client = jobchain.sync.connect(state, notify=notify, job_types=types, migrate=True)
+    try:
+        t0 = time.perf_counter()
+        for _ in range(n):
+            with client.transaction() as tx:
+                client.start_chain(tx, noop, None)
+        elapsed = time.perf_counter() - t0
+    finally:
+        client.close()
     return {"n": n, "seconds": elapsed, "rate": n / elapsed}
 
 
@@ -227,7 +243,9 @@ async def latency_worker(cfg: dict[str, Any]) -> None:
 
 def main(argv: list[str]) -> None:
     cmd = argv[0]
-    if cmd == "start":
+    if cmd == "start" and argv[3] == "single-sync":
+        emit(start_sync(argv[1], argv[2], int(argv[4])))
+    elif cmd == "start":
         emit(run_loop(start(argv[1], argv[2], argv[3], int(argv[4]), int(argv[5]))))
     elif cmd == "fill":
         emit(run_loop(start(argv[1], "none", "batch", int(argv[2]), 1000)))

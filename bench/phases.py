@@ -236,12 +236,17 @@ class Runner:
 
     def _starts(self, lib: str, rep: int, argv: list[str], clear: Any) -> None:
         """single, batch of 100, batch of 1,000 (the last batch run's jobs are left for processing);
-        jobchain also starts single chains in autocommit (the INSERT is the whole transaction)."""
+        jobchain also starts single chains in autocommit (the INSERT is the whole transaction) and
+        through jobchain.sync."""
         n = self.plan.jobs
-        autocommit = [("single autocommit", "single-autocommit", self.plan.single, 1)]
+        extra = [
+            ("single autocommit", "single-autocommit", self.plan.single, 1),
+            # jobchain.sync: the same start from synchronous code (issue 20: <= 1.3x the async cost).
+            ("single sync", "single-sync", self.plan.single, 1),
+        ]
         for config, how, count, batch in (
             ("single", "single", self.plan.single, 1),
-            *(autocommit if lib.startswith("jobchain") else []),
+            *(extra if lib.startswith("jobchain") else []),
             ("batch 100", "batch", n, 100),
             ("batch 1000", "batch", n, 1000),
         ):

@@ -104,6 +104,20 @@ def _process_table(res: Results) -> list[str]:
     return out
 
 
+def _sync_table(res: Results) -> list[str]:
+    """jobchain.sync next to the async client, same run (issue 20: a sync start costs <= 1.3x)."""
+    out = [
+        "| single start, own transaction (chains/s) | async client | jobchain.sync | sync cost ÷ async cost |",
+        "|---|---|---|---|",
+    ]
+    for lib, name in (("jobchain-pg", "PostgreSQL"), ("jobchain-sqlite", "SQLite")):
+        aio, sync = res.stat("start", lib, "single"), res.stat("start", lib, "single sync")
+        if aio is not None or sync is not None:
+            # Cost per start is 1 / rate: the sync façade's cost relative to the async one.
+            out.append(f"| {name} | {cell(aio)} | {cell(sync)} | {ratio(aio, sync)} |")
+    return out
+
+
 def _sqlite_table(res: Results) -> list[str]:
     """The SQLite adapter next to the in-process one from the same run (issue 4 item 5)."""
     out = [
@@ -431,6 +445,7 @@ def write_report(info: dict[str, Any], records: list[dict[str, Any]], md_path: P
     for name, need, got, ok in targets(res):
         lines.append(f"| {name} | {need} | {got} | {'yes' if ok else ('–' if ok is None else '**no**')} |")
     lines += ["", "## Start", "", *_start_table(res), "", "## Processing", "", *_process_table(res)]
+    lines += ["", "## Synchronous starts (jobchain.sync)", "", *_sync_table(res)]
     lines += ["", "## SQLite and the in-process adapter", "", *_sqlite_table(res)]
     lines += ["", "## Wake-up latency", "", *_added_note(info, "latency"), *_latency_table(res)]
     lines += ["", "## Acquisitions per job, 8 idle workers", "", *_added_note(info, "wake_hints")]
