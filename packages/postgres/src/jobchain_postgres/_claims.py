@@ -21,6 +21,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Mapping, Sequence
 from datetime import datetime, timedelta
+from operator import attrgetter
 from typing import Any, ClassVar
 
 from jobchain.contracts.state import JobsAcquire, JobsAcquired
@@ -38,6 +39,10 @@ PRIORITY_RECHECK_SECONDS = 5.0
 """After a plain claim found priorities in play, claims use the merging statement this long."""
 
 _MICROSECOND = timedelta(microseconds=1)
+
+_FIFO = attrgetter("scheduled_at", "created_at", "id")
+"""The claim order when every claimed job has priority 0: aged jobs are then exactly the
+earliest scheduled ones, so :func:`claim_order` reduces to FIFO (this key costs a C call per job)."""
 
 
 def claim_order(aging: timedelta) -> Callable[[Job], tuple[Any, ...]]:
@@ -143,7 +148,7 @@ class ClaimsMixin:
             if lost == 0 or len(jobs) >= params.limit:
                 break
             query_params["limit"] = params.limit - len(jobs)
-        jobs.sort(key=claim_order(params.priority_aging))
+        jobs.sort(key=_FIFO if plain else claim_order(params.priority_aging))
         return JobsAcquired(jobs=jobs, has_more=has_more)
 
     def _claim_query(self, *, plain: bool) -> bytes:
