@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from shop import Order, Parcel, Receipt, pack, place_order, refund, ship
+from shop import Order, Parcel, Receipt, pack, place_order, quote, refund, ship
 
 from jobchain import Completion, JobType
 from jobchain.worker import Attempt, Completed, Processors
@@ -16,6 +16,12 @@ async def on_place_order(attempt: Attempt[Order, None, PlaceOrderNext]) -> Compl
     # E: No overload variant of "continue_with" of "Attempt" matches argument types "JobType[Parcel, Receipt,
     # fix: return await attempt.continue_with(pack, attempt.input)
     return await attempt.continue_with(ship, Parcel(attempt.input.id, 3))
+
+
+async def on_place_order_again(attempt: Attempt[Order, None, PlaceOrderNext]) -> Completed:
+    # E: Argument 1 to "continue_with" of "Attempt" has incompatible type "JobType[Order, int,
+    # fix: return await attempt.continue_with(pack, attempt.input)
+    return await attempt.continue_with(quote, attempt.input)
 
 
 async def on_pack(attempt: Attempt[Order, None, tuple[JobType[Parcel, Receipt]]]) -> Completed:
