@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import AbstractAsyncContextManager, contextmanager
 from pathlib import Path
 from typing import TypeVar
@@ -19,7 +20,12 @@ from psycopg import sql
 
 from jobchain.contracts import ChainGet, ChainsList, JobGet, JobsCreate, JobsList
 from jobchain.contracts.capabilities import Capability
-from jobchain.errors import AdapterClosedError, BackendUnreachableError, DuplicateJobIdError
+from jobchain.errors import (
+    AdapterClosedError,
+    BackendUnreachableError,
+    DuplicateJobIdError,
+    InvalidArgumentError,
+)
 from jobchain.plugins.hookspecs import BackendSpec
 from jobchain.sync.drive import drive
 from jobchain.url import BackendURL
@@ -196,6 +202,36 @@ def test_callers_sync_pool_is_used_and_left_open(postgres_url: str, schema_name:
                 sql.SQL("SELECT count(*) FROM {}").format(sql.Identifier(schema_name, "jobchain_job"))
             ).fetchone()
         assert count == (1,)
+
+
+def test_threads_share_one_adapter(sync_state: SyncPostgresStateAdapter) -> None:
+    # Threaded web servers (Django, Flask) start chains from many threads through one client.
+    def start_some(_: int) -> list[str]:
+        jobs = [new_job() for _ in range(5)]
+        for job in jobs:
+            with driven(sync_state.transaction()) as tx:
+                drive(tx.jobs_create(JobsCreate(jobs=[job])))
+        return [job.id for job in jobs]
+
+    with ThreadPoolExecutor(max_workers=6) as pool:
+        started = [job_id for ids in pool.map(start_some, range(12)) for job_id in ids]
+    assert sorted(chain_ids(sync_state)) == sorted(started)
+    assert len(started) == 60
+
+
+def test_vacuum_and_reserve_run_driven(sync_state: SyncPostgresStateAdapter) -> None:
+    drive(sync_state.vacuum())
+    assert drive(sync_state.reserve_connections(12)) == 12  # the adapter's own pool grows
+    with driven(sync_state.transaction()) as tx:
+        drive(tx.jobs_create(JobsCreate(jobs=[new_job()])))
+
+
+@pytest.mark.parametrize("name", ["from_pool", "from_connection", "from_sqlalchemy"])
+def test_async_constructors_are_refused(name: str) -> None:
+    with pytest.raises(InvalidArgumentError, match="async adapter's constructor"):
+        getattr(SyncPostgresStateAdapter, name)(object())
+    with pytest.raises(InvalidArgumentError, match="open_sync"):
+        drive(SyncPostgresStateAdapter.open("postgresql://postgres@127.0.0.1/test"))
 
 
 # ------------------------------------------------------------ the view covers what the adapter uses

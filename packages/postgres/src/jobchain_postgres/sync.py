@@ -134,6 +134,27 @@ class SyncPostgresStateAdapter(PostgresStateAdapter):
         """Use your synchronous psycopg ``ConnectionPool`` (opened by you, never closed here)."""
         return cls(SyncPoolProvider(pool, owned=False), options)
 
+    # The async adapter's constructors would put an async provider under this class.
+    @classmethod
+    async def open(cls, url: BackendURL | str, options: StateOptions | None = None) -> PostgresStateAdapter:
+        raise _async_constructor("open", "open_sync(url)")
+
+    @classmethod
+    def from_pool(cls, pool: Any, options: StateOptions | None = None) -> PostgresStateAdapter:
+        raise _async_constructor("from_pool", "from_sync_pool(pool)")
+
+    @classmethod
+    def from_connection(cls, connection: Any, options: StateOptions | None = None) -> PostgresStateAdapter:
+        raise _async_constructor(
+            "from_connection", "transaction(connection=conn) on an adapter from open_sync"
+        )
+
+    @classmethod
+    def from_sqlalchemy(cls, engine: Any, options: StateOptions | None = None) -> PostgresStateAdapter:
+        raise _async_constructor(
+            "from_sqlalchemy", "transaction(connection=session) on an adapter from open_sync"
+        )
+
     @asynccontextmanager
     async def _joined(self, connection: object, read_only: bool) -> AsyncIterator[PostgresStateTx]:
         if self._closed:  # transaction() checked already; kept for direct callers of _joined
@@ -154,6 +175,13 @@ class SyncPostgresStateAdapter(PostgresStateAdapter):
         ``tx.flush()``.
         """
         return False
+
+
+def _async_constructor(name: str, instead: str) -> InvalidArgumentError:
+    return InvalidArgumentError(
+        f"SyncPostgresStateAdapter.{name} is the async adapter's constructor; use {instead} "
+        f"(or PostgresStateAdapter.{name} for the async adapter)"
+    )
 
 
 def open_sync_state_adapter(url: BackendURL) -> PostgresStateAdapter:
