@@ -12,7 +12,7 @@ import atexit
 import threading
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any, Literal, TypeVar
 
 from jobchain.contrib.django._django import atomic, on_commit, setting_changed
 from jobchain.contrib.django.conf import JobchainSettings, database_wrapper, load_settings
@@ -101,7 +101,7 @@ def transaction(using: str | None = None) -> Iterator[SyncTransaction]:
 
 
 def start_chain(
-    job_type: JobType[I, Any],
+    job_type: JobType[I, Any, Any, Literal[True]],
     input: I,
     *,
     using: str | None = None,
