@@ -65,10 +65,10 @@ pack = types.define(
     "demo.pack",
     input=Order,
     output=None,
-    continues_with=[ship],
+    continues_with=(ship,),
     blockers=[check_inventory, charge_payment],
 )
-place_order = types.define("demo.place_order", input=Order, output=None, entry=True, continues_with=[pack])
+place_order = types.define("demo.place_order", input=Order, output=None, entry=True, continues_with=(pack,))
 
 processors = Processors()
 started_at = time.monotonic()
