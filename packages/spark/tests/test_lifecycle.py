@@ -111,7 +111,9 @@ async def _listed(url: str) -> dict[str, Job]:
 
 
 def _utc(value: datetime | None) -> datetime | None:
-    return None if value is None else value.replace(tzinfo=UTC)
+    # PySpark's collect() gives a timestamp as a naive datetime in this process's local time
+    # zone (TZ), not in UTC: astimezone reads it so, whatever TZ the test process runs in.
+    return None if value is None else value.astimezone(UTC)
 
 
 @pytest.fixture

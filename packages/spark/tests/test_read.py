@@ -95,16 +95,17 @@ def test_read_jobs_matches_the_client_listing(spark: Any, seeded: Any, partition
             job.chain_id,
             job.attempt,
         )
-        assert row["created_at"].replace(tzinfo=UTC) == job.created_at
+        # collect() gives naive datetimes in this process's local time zone: read them so.
+        assert row["created_at"].astimezone(UTC) == job.created_at
         for column in ("first_attempt_at", "attempt_started_at"):
             value = row[column]
-            assert (value if value is None else value.replace(tzinfo=UTC)) == getattr(job, column)
+            assert (value if value is None else value.astimezone(UTC)) == getattr(job, column)
     done = [r for r in rows.values() if r["status"] == "completed"]
     assert len(done) == 1
     assert json.loads(done[0]["output"]) == {"ok": True}
     claimed = T0 + timedelta(seconds=5)
-    assert done[0]["first_attempt_at"].replace(tzinfo=UTC) == claimed
-    assert done[0]["attempt_started_at"].replace(tzinfo=UTC) == claimed
+    assert done[0]["first_attempt_at"].astimezone(UTC) == claimed
+    assert done[0]["attempt_started_at"].astimezone(UTC) == claimed
     assert sum(r["first_attempt_at"] is not None for r in rows.values()) == 1
 
 

@@ -16,6 +16,7 @@ import shutil
 import socket
 import sys
 import tempfile
+import time
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -40,7 +41,17 @@ except ImportError:  # pragma: no cover -- requirements-dev.txt installs it
         raise
     pytest.skip("Django is not installed (pip install django)", allow_module_level=True)
 
+# Django points the process's TZ at settings.TIME_ZONE (time.tzset()). Every xdist worker
+# imports this conftest while collecting, so that would move the local time zone of every
+# other test in the run (PySpark's collect() returns local naive datetimes, for one): give
+# the process its own zone back. Django itself (USE_TZ = True) keeps TIME_ZONE as settings.
+_saved_tz = os.environ.get("TZ")
 django.setup()
+if _saved_tz is None:
+    os.environ.pop("TZ", None)
+else:
+    os.environ["TZ"] = _saved_tz
+time.tzset()
 
 os.environ["JOBCHAIN_DJANGO_TMP"] = str(TMP)
 os.environ["JOBCHAIN_DJANGO_PYTHONPATH"] = os.pathsep.join(

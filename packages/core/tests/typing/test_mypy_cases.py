@@ -24,6 +24,10 @@ import pytest
 
 mypy_api = pytest.importorskip("mypy.api")
 
+# One xdist worker runs every case: the module fixture's mypy runs then never share their
+# cache directory with a concurrent run (a race there once hid an expected error).
+pytestmark = pytest.mark.xdist_group("typing-cases")
+
 CASES = Path(__file__).parent / "cases"
 _ERROR = re.compile(r"^(?P<path>[^:]+\.py):(?P<line>\d+): error: (?P<message>.*)$")
 
@@ -100,7 +104,8 @@ def mypy_run(
                 "--config-file=",
                 "--no-error-summary",
                 "--show-error-codes",
-                f"--cache-dir={cache}",
+                # A cache per copy: both define top-level modules of the same names.
+                f"--cache-dir={cache / directory.name}",
                 str(directory),
             ]
         )
