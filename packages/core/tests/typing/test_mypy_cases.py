@@ -7,16 +7,14 @@ A case file marks an expected error with two comment lines right above the offen
 
 The test copies the cases to a temporary directory twice, as written and with every marked
 line replaced by its fix, and runs mypy once over both (through ``mypy.api.run``, with a
-cache directory kept between runs). It then asserts, per file, that each marked line has the
+fresh cache directory). It then asserts, per file, that each marked line has the
 expected error, that no other line has one, and that the fixed copy has none at all.
 """
 
 from __future__ import annotations
 
-import getpass
 import re
 import shutil
-import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -93,9 +91,10 @@ def mypy_run(
     fixed.mkdir()
     for case in cases:
         (fixed / case.name).write_text(case.fixed_text)
-    # The cache survives between runs (mypy checks it against the sources), so a rerun takes
-    # seconds instead of analysing jobchain again.
-    cache = Path(tempfile.gettempdir()) / f"jobchain-typing-tests-mypy-cache-{getpass.getuser()}"
+    # A fresh cache per run: with a cache kept between runs, mypy took the case modules it had
+    # seen before as unchanged and reported none of their errors (CI failed with "mypy said
+    # nothing"). Each copy gets its own, as both define top-level modules of the same names.
+    cache = root / "mypy-cache"
     results: dict[str, dict[str, dict[int, list[str]]]] = {}
     for directory in (written, fixed):
         stdout, stderr, _status = mypy_api.run(
