@@ -134,7 +134,9 @@ async def _never(attempt: Attempt[int, int]) -> Completed:
 
 async def test_a_buffered_job_is_renewed_after_half_its_own_types_lease() -> None:
     """The staleness check uses the job's type: a short-lease job renews, a long-lease one does not."""
-    quick = LeaseConfig(duration=timedelta(milliseconds=300), renew_every=timedelta(milliseconds=100))
+    # Half the lease must pass while the job waits in the buffer, and the rest must not: with
+    # 300 ms the remaining 150 ms were once too short on a busy machine (the lease ran out).
+    quick = LeaseConfig(duration=timedelta(seconds=3), renew_every=timedelta(seconds=1))
     local = JobTypes()
     first = local.define("buf.first", input=int, output=int, entry=True)
     brief = local.define("buf.brief", input=int, output=int, entry=True, lease=quick)
