@@ -44,6 +44,9 @@ chaos: $(STAMP)
 		$(BIN)/python -m pytest packages/postgres/tests/chaos -q -p no:randomly; \
 	status=$$?; $(BIN)/python bench/chaos_report.py $(CHAOS_RESULTS) || exit 1; exit $$status
 
+# The benchmark runs on a private PostgreSQL cluster of its own (production-like settings,
+# removed at the end); BENCH_PG=postgresql://USER@HOST:PORT runs it on that server instead.
+# BENCH_QUICK=1 is a smoke run of a few minutes; the knobs are listed in bench/run.py.
 bench: $(STAMP)
 	$(BIN)/python bench/run.py
 

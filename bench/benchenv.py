@@ -1,11 +1,15 @@
-"""The bench-only environment (bench/.venv): peers, psutil, matplotlib and jobchain's packages."""
+"""The bench-only environment (bench/.venv: peers, psutil, matplotlib and jobchain's packages)
+and the benchmark's own PostgreSQL server (a private cluster with production-like settings)."""
 
 from __future__ import annotations
 
+import contextlib
 import os
+import signal
 import subprocess
 import sys
 import venv
+from collections.abc import Iterator
 from pathlib import Path
 
 BENCH = Path(__file__).resolve().parent
@@ -30,3 +34,55 @@ def ensure_venv(script: str) -> None:
         stamp.write_text(wanted)
     if Path(sys.prefix).resolve() != VENV.resolve():
         os.execv(str(python), [str(python), script, *sys.argv[1:]])
+
+
+# ---------------------------------------------------------------- the benchmark's own server
+
+SERVER_SETTINGS = {
+    "shared_buffers": "2GB",
+    "effective_cache_size": "8GB",
+    "max_wal_size": "8GB",
+    "checkpoint_timeout": "15min",
+    "wal_buffers": "64MB",
+    "autovacuum": "on",
+    "autovacuum_naptime": "10s",
+    "max_connections": "200",
+    "synchronous_commit": "on",
+    "fsync": "on",
+}
+"""Production-like settings of the private cluster (issue 21): the figures must not depend on
+the shared server's test configuration (128 MB shared_buffers, autovacuum off)."""
+
+
+@contextlib.contextmanager
+def bench_server() -> Iterator[str]:
+    """A private PostgreSQL cluster for the whole run, unless ``BENCH_PG`` names a server.
+
+    Sets ``BENCH_PG`` (inherited by every phase's subprocess) and ``BENCH_PG_KIND``
+    ("private" or "shared"); yields the kind. The cluster (initdb into a temporary directory,
+    pg_ctl on a free loopback port) is stopped and its directory removed on exit, on an error,
+    on Ctrl-C and on SIGTERM/SIGHUP.
+    """
+    if os.environ.get("BENCH_PG"):
+        os.environ["BENCH_PG_KIND"] = "shared"
+        yield "shared"
+        return
+    from jobchain_postgres.testing import PrivateServer
+
+    def terminate(signum: int, _frame: object) -> None:
+        raise SystemExit(128 + signum)  # unwinds through the finally below
+
+    previous = {sig: signal.signal(sig, terminate) for sig in (signal.SIGTERM, signal.SIGHUP)}
+    server = PrivateServer(settings=SERVER_SETTINGS)
+    try:
+        print(f"bench: starting a private PostgreSQL cluster in {server.data_dir.parent}", flush=True)
+        server.start()
+        os.environ["BENCH_PG"] = f"postgresql://postgres@127.0.0.1:{server.port}"
+        os.environ["BENCH_PG_KIND"] = "private"
+        print(f"bench: private cluster on 127.0.0.1:{server.port}", flush=True)
+        yield "private"
+    finally:
+        server.close()
+        print("bench: private cluster stopped and removed", flush=True)
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)

@@ -14,6 +14,7 @@ from collections.abc import Coroutine, Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
+from urllib.parse import urlsplit
 
 import psutil
 import psycopg
@@ -24,6 +25,7 @@ BENCH = Path(__file__).resolve().parent
 ROOT = BENCH.parent
 PYTHON = sys.executable
 PG_BASE = os.environ.get("BENCH_PG", "postgresql://postgres@127.0.0.1:5432")
+"""The server as this process started (scripts run by a phase inherit ``BENCH_PG``)."""
 REDIS_URL = os.environ.get("BENCH_REDIS", "redis://127.0.0.1:6379/0")
 NATS_URL = os.environ.get("BENCH_NATS", "nats://127.0.0.1:4222")
 TMP = Path(os.environ.get("BENCH_TMP", "/tmp/jobchain-bench"))
@@ -44,9 +46,29 @@ def run_loop(main: Coroutine[Any, Any, T]) -> T:
     return asyncio.run(main)
 
 
+def pg_base() -> str:
+    """``postgresql://USER@HOST:PORT`` of the benchmark server, read when called: ``make bench``
+    sets ``BENCH_PG`` to its private cluster after this module is imported."""
+    return os.environ.get("BENCH_PG", "postgresql://postgres@127.0.0.1:5432")
+
+
+def pg_address() -> tuple[str, int, str]:
+    """(host, port, user) of the benchmark server, for pgbench and psql."""
+    parsed = urlsplit(pg_base())
+    return parsed.hostname or "127.0.0.1", parsed.port or 5432, parsed.username or "postgres"
+
+
+def pg_cli() -> list[str]:
+    """``-h HOST -p PORT -U USER`` for the PostgreSQL command-line tools."""
+    host, port, user = pg_address()
+    return ["-h", host, "-p", str(port), "-U", user]
+
+
 def pg_url(db: str, host: str | None = None) -> str:
     """``db`` on the benchmark server, or on ``host`` ("127.0.0.1:PORT", the counting proxy)."""
-    base = PG_BASE if host is None else PG_BASE.rsplit("@", 1)[0] + "@" + host
+    base = pg_base()
+    if host is not None:
+        base = base.rsplit("@", 1)[0] + "@" + host
     return f"{base}/{db}"
 
 

@@ -18,7 +18,6 @@ from typing import Any
 from common import (
     BENCH,
     NATS_URL,
-    PG_BASE,
     PYTHON,
     REDIS_URL,
     TMP,
@@ -27,6 +26,9 @@ from common import (
     admin_sql,
     checkpoint,
     db_xacts,
+    pg_address,
+    pg_base,
+    pg_cli,
     pg_url,
     recreate_db,
     run_child,
@@ -92,7 +94,7 @@ class Plan:
 
 
 def jc_state(db: str = JC_DB, port: int | None = None) -> str:
-    base = PG_BASE if port is None else re.sub(r":\d+$", f":{port}", PG_BASE)
+    base = pg_base() if port is None else re.sub(r":\d+$", f":{port}", pg_base())
     return f"{base}/{db}?schema={SCHEMA}"
 
 
@@ -168,7 +170,7 @@ class Runner:
         pgbench = shutil.which("pgbench")
         if pgbench is None:
             raise RuntimeError("pgbench not found (apt-get install postgresql-client)")
-        server = ["-h", "127.0.0.1", "-U", "postgres"]
+        server = pg_cli()
         base = [pgbench, *server]
         subprocess.run([*base, "-i", "-s", "1", "-q", REF_DB], check=True, capture_output=True)
 
@@ -389,7 +391,8 @@ class Runner:
 
     def round_trips(self) -> None:
         n = min(self.plan.jobs, 2000)
-        with CountingProxy() as proxy:
+        host, port, _ = pg_address()
+        with CountingProxy(host, port) as proxy:
             port_db = f"127.0.0.1:{proxy.port}"
             recreate_db(JC_DB)
             state, notify = jc_state(port=proxy.port), jc_notify(port=proxy.port)

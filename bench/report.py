@@ -229,6 +229,7 @@ def _added_note(info: dict[str, Any], phase: str) -> list[str]:
         f"{what} after the run, on {d['at']} (`bench/run.py --add {phase}`): load average before "
         f"{d['load_before']}, after {d['load_after']}; whole-machine CPU busy {d['busy']}"
         + (f"; plan: {plan}" if plan else "")
+        + (f"; server: {d['server']}" if d.get("server") else "")
         + (". These figures replace the run's own." if d["kind"] == "re-measured" else "."),
         "",
     ]
@@ -417,6 +418,14 @@ def best_of(res: Results, phase: str, lib: str, configs: tuple[str, ...]) -> Sta
     return max(stats, key=lambda s: s.median, default=None)
 
 
+def _differs(info: dict[str, Any]) -> str:
+    differs = info.get("server", {}).get("differs", {})
+    if not differs:
+        return ""
+    shown = ", ".join(f"{k} {d['actual']} (requested {d['requested']})" for k, d in differs.items())
+    return f" **Not as requested:** {shown}."
+
+
 def write_report(info: dict[str, Any], records: list[dict[str, Any]], md_path: Path, png_path: Path) -> str:
     res = Results(records)
     m, v = info["machine"], info["versions"]
@@ -424,7 +433,9 @@ def write_report(info: dict[str, Any], records: list[dict[str, Any]], md_path: P
         f"# jobchain benchmark — {md_path.stem}",
         "",
         f"Machine: {m['cpus']} cores ({m['cpu_model']}), {m['memory_gib']} GiB, {m['os']}, Python {m['python']}; "
-        f"PostgreSQL {m['postgresql']} on the same machine ({m['pg_settings']}). Whole-machine CPU busy over the "
+        f"PostgreSQL {m['postgresql']} on the same machine, {m.get('pg_server', 'the shared server')}; jobchain, "
+        f"the peers and the pgbench references all ran on it. Server settings (pg_settings, read after start): "
+        f"{m['pg_settings']}.{_differs(info)} Whole-machine CPU busy over the "
         f"run: {m.get('busy_overall', '?')}; load average before {m['load_before']}, after {m.get('load_after', '?')}.",
         "",
         "Versions: " + ", ".join(f"{k} {val}" for k, val in v.items()) + ".",

@@ -11,6 +11,12 @@ and the peers], BENCH_WAKE_JOBS [500 chains per case of the 8-idle-workers phase
 BENCH_HISTORY [1000000], BENCH_RSS_JOBS [1000000] and BENCH_RSS_SECONDS [300]
 (the long run stops at whichever comes first), BENCH_BUDGET [1560 s: repeats 2 and 3 run only
 if they fit], BENCH_QUICK=1 (a smoke run: small counts), BENCH_PG / BENCH_REDIS / BENCH_NATS.
+
+PostgreSQL: unless BENCH_PG names a server, the run starts a private cluster of its own
+(``jobchain_postgres.testing.PrivateServer``: initdb into a temporary directory, pg_ctl on a free
+loopback port) with the production-like settings of ``benchenv.SERVER_SETTINGS``; jobchain, the
+peers and the pgbench references all run on it. It is stopped and deleted at the end, also on a
+failure, Ctrl-C or SIGTERM. The results page records the settings the server actually ran with.
 """
 
 from __future__ import annotations
@@ -23,7 +29,7 @@ import time
 from datetime import UTC, datetime
 from pathlib import Path
 
-from benchenv import ensure_venv
+from benchenv import SERVER_SETTINGS, bench_server, ensure_venv
 
 BENCH = Path(__file__).resolve().parent
 ROOT = BENCH.parent
@@ -74,14 +80,45 @@ def versions() -> dict[str, str]:
     return found
 
 
-def machine() -> dict[str, str]:
+SHOWN_SETTINGS = (
+    *SERVER_SETTINGS,
+    "wal_sync_method",
+    "commit_delay",
+    "full_page_writes",
+    "wal_level",
+    "autovacuum_vacuum_cost_delay",
+    "huge_pages",
+)
+
+
+def server_info() -> dict[str, object]:
+    """What the server actually runs with (pg_settings), and whether it is the run's own cluster."""
+    from common import admin_sql, pg_address
+
+    names = ", ".join(f"'{name}'" for name in SHOWN_SETTINGS)
+    rows = admin_sql(f"SELECT name, current_setting(name) FROM pg_settings WHERE name IN ({names})")
+    actual = dict(sorted(rows, key=lambda row: SHOWN_SETTINGS.index(row[0])))
+    # A requested setting the server did not take (a typo, a reload-only parameter) is named.
+    differs = {
+        name: {"requested": want, "actual": actual.get(name)}
+        for name, want in SERVER_SETTINGS.items()
+        if str(actual.get(name, "")).lower() != want.lower()
+    }
+    kind = os.environ.get("BENCH_PG_KIND", "shared")
+    return {
+        "kind": kind,
+        "port": pg_address()[1],
+        "settings": actual,
+        "requested": dict(SERVER_SETTINGS) if kind == "private" else {},
+        "differs": differs if kind == "private" else {},
+    }
+
+
+def machine(server: dict[str, object]) -> dict[str, str]:
     import psutil
     from common import admin_sql
 
-    settings = admin_sql(
-        "SELECT name, setting FROM pg_settings WHERE name IN ('fsync','synchronous_commit',"
-        "'shared_buffers','max_connections','wal_sync_method','commit_delay')"
-    )
+    settings: dict[str, str] = server["settings"]  # type: ignore[assignment]
     cpu = next(
         (
             line.split(":", 1)[1].strip()
@@ -97,7 +134,12 @@ def machine() -> dict[str, str]:
         "os": platform.platform(),
         "python": platform.python_version(),
         "postgresql": admin_sql("SHOW server_version")[0][0],
-        "pg_settings": ", ".join(f"{k}={v}" for k, v in settings),
+        "pg_settings": ", ".join(f"{k}={v}" for k, v in settings.items()),
+        "pg_server": (
+            f"a private cluster started for this run (initdb in a temporary directory, port {server['port']})"
+            if server["kind"] == "private"
+            else f"the shared server named by BENCH_PG (port {server['port']})"
+        ),
         "load_before": " ".join(f"{x:.2f}" for x in os.getloadavg()),
     }
 
@@ -135,6 +177,7 @@ def add_phases(phases: list[str], path: Path) -> None:
         meter = CpuMeter()
         meter.start()
         load_before = " ".join(f"{x:.2f}" for x in os.getloadavg())
+        server = server_info()
         getattr(runner, phase)()
         details[phase] = {
             "kind": kind,
@@ -143,6 +186,7 @@ def add_phases(phases: list[str], path: Path) -> None:
             "load_after": " ".join(f"{x:.2f}" for x in os.getloadavg()),
             "busy": f"{meter.stop():.0%}",
             "plan": {k: getattr(runner.plan, k) for k in PHASE_PLAN_KEYS.get(phase, ())},
+            "server": f"{server['kind']} ({', '.join(f'{k}={v}' for k, v in server['settings'].items())})",  # type: ignore[attr-defined]
         }
     data["results"] = [r for r in data["results"] if r["phase"] not in phases] + runner.records
     data["info"]["added_later"] = sorted(set(data["info"].get("added_later", [])) | set(filter(None, phases)))
@@ -155,17 +199,32 @@ def add_phases(phases: list[str], path: Path) -> None:
 
 
 def main() -> None:
-    if len(sys.argv) == 4 and sys.argv[1] == "--add":
-        add_phases(sys.argv[2].split(","), Path(sys.argv[3]))
-        return
+    with bench_server():
+        if len(sys.argv) == 4 and sys.argv[1] == "--add":
+            add_phases(sys.argv[2].split(","), Path(sys.argv[3]))
+            return
+        measure()
+
+
+def measure() -> None:
     plan = plan_from_env()
     TMP.mkdir(parents=True, exist_ok=True)
     started = time.time()
     meter = CpuMeter()
     meter.start()
     plan_info = plan.__dict__ | {"loop": LOOP}
-    info = {"machine": machine(), "versions": versions(), "plan": plan_info, "pg": pg_url("")}
+    server = server_info()
+    info = {
+        "machine": machine(server),
+        "versions": versions(),
+        "plan": plan_info,
+        "pg": pg_url(""),
+        "server": server,
+    }
     print(f"bench: {json.dumps(info['plan'])}", flush=True)
+    print(f"bench: PostgreSQL {info['machine']['pg_server']}: {info['machine']['pg_settings']}", flush=True)
+    if server["differs"]:
+        print(f"bench: WARNING settings not as requested: {server['differs']}", flush=True)
     runner = Runner(plan)
     results = runner.run_all()
     info["machine"]["busy_overall"] = f"{meter.stop():.0%}"
