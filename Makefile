@@ -50,6 +50,12 @@ chaos: $(STAMP)
 bench: $(STAMP)
 	$(BIN)/python bench/run.py
 
+# Opt-in soak (issue 21): BENCH_SOAK_SECONDS [1800] of steady load at 50 % of measured capacity on a
+# private PostgreSQL cluster; writes bench/results/soak-<date>.{json,md} (bench/soak.py).
+.PHONY: bench-soak
+bench-soak: $(STAMP)
+	$(BIN)/python bench/soak.py
+
 # Wheels of every distribution into dist/, for `pip install dist/*.whl` on another machine.
 dist: $(STAMP)
 	rm -rf dist
