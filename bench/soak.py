@@ -20,6 +20,7 @@ Knobs (defaults in brackets): BENCH_SOAK_SECONDS [1800], BENCH_SOAK_LOAD [0.5],
 BENCH_SOAK_CAPACITY_JOBS [20000], BENCH_SOAK_RATE [measured x load], BENCH_SOAK_TICK [0.01 s],
 BENCH_SOAK_RETENTION [min(300, seconds / 4) s: completed chains older are pruned],
 BENCH_SOAK_NAME [soak-<date> or soak-short-<date>].
+``python bench/soak.py --render RESULTS.json`` writes the page of a recorded run again.
 """
 
 from __future__ import annotations
@@ -394,7 +395,7 @@ def main() -> None:
     out.mkdir(exist_ok=True)
     data = {"info": info, **result, "samples": run["samples"], "indexes": run["indexes"]}
     (out / f"{name}.json").write_text(json.dumps(data, indent=1))
-    md = render(info, result)
+    md = render(data)
     (out / f"{name}.md").write_text(md)
     print(md)
     print(f"soak: wrote bench/results/{name}.md and .json in {info['duration_s']} s", flush=True)
@@ -405,6 +406,10 @@ if __name__ == "__main__":
         emit(run_loop(starter(json.loads(sys.argv[2]))))
     elif len(sys.argv) > 2 and sys.argv[1] == "worker":
         emit(run_loop(worker(json.loads(sys.argv[2]))))
+    elif len(sys.argv) == 3 and sys.argv[1] == "--render":
+        # The page again from a recorded run (after a change to the report only).
+        path = Path(sys.argv[2])
+        path.with_suffix(".md").write_text(render(json.loads(path.read_text())))
     elif len(sys.argv) == 1:
         main()
     else:

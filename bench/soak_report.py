@@ -175,11 +175,17 @@ def _ratio(value: float | None) -> str:
     return "-" if value is None else f"{value:.2f}x"
 
 
-def render(info: dict[str, Any], result: dict[str, Any]) -> str:
+def render(result: dict[str, Any]) -> str:
+    """The markdown page of one run (the JSON the run writes: info, minutes, drift, overall, indexes)."""
     mb = 2**20
-    d, o = result["drift"], result["overall"]
+    info, d, o = result["info"], result["drift"], result["overall"]
     s = d.get("size", {})
     cap = info["capacity"]
+    machine = info["machine"]
+    cpus = int(machine["cpus"])
+    busy = _mean([r["machine_busy"] for r in result["minutes"] if r.get("machine_busy") is not None])
+    shared = float(machine["load_before"].split()[0]) > cpus / 2 or (busy or 0) > 0.9
+    indexes = result.get("indexes", {})
     lines = [
         f"# Soak {info['name']}",
         "",
@@ -201,6 +207,17 @@ def render(info: dict[str, Any], result: dict[str, Any]) -> str:
         f"- machine: {info['machine']['cpus']} CPUs, {info['machine']['memory_gib']} GiB; load before "
         f"{info['machine']['load_before']}, after {info['machine']['load_after']}; commit {info['git']}",
         "- latency: handler start minus the moment the starter sent COMMIT (includes the commit itself)",
+        f"- job table indexes during the run ({len(indexes)}): {', '.join(sorted(indexes))}",
+        *(
+            [
+                f"- **disturbed run**: the machine was shared (load average {machine['load_before']} "
+                f"before on {cpus} CPUs, {busy or 0:.0%} busy during the load); capacity and latency are "
+                "below what this machine gives alone, drift ratios compare like with like only as far "
+                "as the other load stayed steady"
+            ]
+            if shared
+            else []
+        ),
         "",
         "## Per minute",
         "",
@@ -245,7 +262,7 @@ def render(info: dict[str, Any], result: dict[str, Any]) -> str:
         lines += [
             "",
             f"Table + indexes grew {_fmt(s['growth_bytes'], mb, 1)} MB over the run "
-            f"({_fmt(s['second_half_growth_bytes'], mb, 1)} MB of it in the second half; peak "
+            f"(second half: {_fmt(s['second_half_growth_bytes'], mb, 1)} MB; peak "
             f"{_fmt(s['peak_bytes'], mb, 1)} MB). Peak dead tuples {d['peak_dead_tup']:,}, peak pending "
             f"{d['peak_pending']:,}. Retention deleted {s['deleted_rows']:,} job rows during the load.",
         ]
