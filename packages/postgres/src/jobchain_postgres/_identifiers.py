@@ -51,7 +51,11 @@ INDEXES: Final = (
     "job_finished_idx",
     "job_priority_idx",
 )
-"""Indexes, named ``{prefix}{name}`` (CREATE INDEX takes no schema; it lives beside its table)."""
+"""Indexes, named ``{prefix}{name}`` (CREATE INDEX takes no schema; it lives beside its table).
+
+job_chain_listing_idx and job_chain_listing_type_name_idx no longer exist after migration 0009;
+their names stay for the migrations that create and drop them (and fix the longest name, which
+bounds the table prefix)."""
 
 Order = Literal["asc", "desc"]
 

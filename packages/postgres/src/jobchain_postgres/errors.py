@@ -79,6 +79,8 @@ def translate(error: BaseException, *, ids: Sequence[str] = ()) -> BaseException
         if constraint.endswith("job_pkey") or constraint.endswith("job_chain_index_idx"):
             return _duplicate_id(error, ids)
     if isinstance(error, psycopg.errors.ForeignKeyViolation):
+        # Only job_blocker's keys are foreign keys (chain_id has none since 0009: jobs_create
+        # reports a missing chain itself): a blocker chain deleted under the statement.
         return _missing_chain(error)
     if isinstance(error, (pg.UndefinedTable, pg.UndefinedObject, pg.InvalidSchemaName)):
         # One line: the server's primary message, without the LINE/caret context lines.

@@ -1,14 +1,18 @@
 -- chains_list: chains (root and last job) by root created_at then id, filtered and keyset-paginated;
 -- the caller asks for limit + 1 rows to learn whether a next page exists.
--- Plan: job_chain_listing_idx, or job_chain_listing_type_name_idx with a type filter. The status
--- filter applies to each chain's last job (LATERAL) and cannot use an index.
+-- Plan: job_listing_idx keeping roots (chain_index = 0), or job_listing_type_name_idx with a type
+-- filter: a root's type_name is its chain's type (every chain the client starts; a root given
+-- another type_name through the state adapter is found by a type filter only if that names both).
+-- No index holds roots only: it would cost one more entry per start. The status filter applies to each chain's last job (LATERAL) and cannot use
+-- an index.
 SELECT r.*, l.*
 FROM {job} AS r
 CROSS JOIN LATERAL (
     SELECT c.* FROM {job} AS c WHERE c.chain_id = r.id ORDER BY c.chain_index DESC LIMIT 1
 ) AS l
 WHERE r.chain_index = 0
-  AND (%(type_names)s::text[] IS NULL OR r.chain_type_name = ANY (%(type_names)s::text[]))
+  AND (%(type_names)s::text[] IS NULL
+       OR (r.type_name = ANY (%(type_names)s::text[]) AND r.chain_type_name = ANY (%(type_names)s::text[])))
   AND (%(chain_ids)s::uuid[] IS NULL OR r.id = ANY (%(chain_ids)s::uuid[]))
   AND (%(job_ids)s::uuid[] IS NULL
        OR r.id IN (SELECT x.chain_id FROM {job} AS x WHERE x.id = ANY (%(job_ids)s::uuid[])))

@@ -12,9 +12,12 @@
 -- then, within what is left of :limit, ordering_key rows last used before it whose last chain is
 -- gone (pruned here or before); rows a creation holds are skipped (SKIP LOCKED), as are rows used
 -- since (a creation in flight dates its row now). _locks_deleted counts both kinds.
--- Plan: job_listing_status_idx per status, bounded by created_at < cutoff (a job is created before
--- it finishes), so the scan covers the rows old enough to qualify, not every finished job;
--- job_chain_index_idx for the continuation check; job_blocker_chain_idx for the references. The
+-- Plan: completed jobs per type (a loose scan of job_finished_idx finds the types with finished
+-- jobs, one probe each), each a range of job_finished_idx bounded by completed_at < cutoff;
+-- failed and cancelled jobs through job_listing_status_idx (partial: the rare statuses), bounded
+-- by created_at < cutoff (a job is created before it finishes). Either way the scan covers the
+-- rows old enough to qualify, not every finished job; job_chain_index_idx for the continuation
+-- check; job_blocker_chain_idx for the references. The
 -- doomed rows are locked FOR UPDATE in ctid order, as chains_delete locks them. The two bookkeeping
 -- sweeps read their tables in physical order and stop at the limit (no index: a sweep with
 -- nothing to delete reads every row last used before :locks_before).
@@ -22,17 +25,41 @@ WITH RECURSIVE
 lock AS MATERIALIZED (
     SELECT pg_try_advisory_xact_lock(hashtextextended(%(key)s::text, 0)) AS got
 ),
+finished_types (type_name) AS (
+    -- The types with a completed job, in order: one probe of job_finished_idx per type.
+    (SELECT j.type_name
+     FROM {job} AS j
+     WHERE (SELECT lock.got FROM lock)
+       AND %(completed_before)s::timestamptz IS NOT NULL
+       AND j.status = 'completed'
+     ORDER BY j.type_name
+     LIMIT 1)
+    UNION ALL
+    SELECT (
+        SELECT j.type_name
+        FROM {job} AS j
+        WHERE j.type_name > t.type_name AND j.status = 'completed'
+        ORDER BY j.type_name
+        LIMIT 1
+    )
+    FROM finished_types AS t
+    WHERE t.type_name IS NOT NULL
+),
 candidates AS MATERIALIZED (
     SELECT j.chain_id, j.chain_type_name, 'completed' AS status, j.completed_at AS finished_at
-    FROM {job} AS j
-    WHERE (SELECT lock.got FROM lock)
-      AND %(completed_before)s::timestamptz IS NOT NULL
-      AND j.status = 'completed'
-      AND j.created_at < %(completed_before)s::timestamptz
-      AND j.completed_at < %(completed_before)s::timestamptz
-      AND NOT EXISTS (
-          SELECT 1 FROM {job} AS n WHERE n.chain_id = j.chain_id AND n.chain_index = j.chain_index + 1
-      )
+    FROM finished_types AS t
+    -- Fenced (OFFSET 0): one range scan per type, never a join over every completed job.
+    CROSS JOIN LATERAL (
+        SELECT c.chain_id, c.chain_index, c.chain_type_name, c.completed_at
+        FROM {job} AS c
+        WHERE c.type_name = t.type_name
+          AND c.status = 'completed'
+          AND c.completed_at < %(completed_before)s::timestamptz
+        OFFSET 0
+    ) AS j
+    WHERE NOT EXISTS (
+        SELECT 1 FROM {job} AS n WHERE n.chain_id = j.chain_id AND n.chain_index = j.chain_index + 1
+    )
     UNION ALL
     SELECT j.chain_id, j.chain_type_name, 'failed', j.failed_at
     FROM {job} AS j

@@ -3,6 +3,9 @@
 -- equal keys in the batch collapse onto the first), continuation conflicts on (chain_id,
 -- chain_index) answered with the existing row, blocker rows, and each job's initial status.
 -- A missing blocker chain or continued chain is reported in _problems and nothing is written.
+-- A continued chain's root is read FOR KEY SHARE (there is no foreign key on chain_id: this is
+-- the lock its check took): a deletion of the chain in flight is waited for, and then the chain
+-- is missing; while held, the root cannot be deleted.
 -- Plan: job_deduplication_idx per key; job_chain_index_idx for continuation conflicts and for each
 -- blocker chain's last job, read FOR KEY SHARE: that waits for a completion in flight (job_complete
 -- holds its row FOR UPDATE) and then sees it, and while held it sends a later job_complete of that
@@ -192,6 +195,14 @@ failed_blockers AS (
       AND NOT (COALESCE(t.runs_after, false) OR w.any_end)
     ORDER BY w.ord, w.pos
 ),
+continued AS MATERIALIZED (
+    -- The roots the batch's continuations continue, locked (see the header; job primary key).
+    SELECT r.id
+    FROM {job} AS r
+    WHERE r.id IN (SELECT t.chain_id FROM to_insert AS t WHERE t.chain_id IS NOT NULL)
+      AND r.chain_index = 0
+    FOR KEY SHARE
+),
 problems AS (
     -- A blocker's last job was completed after this statement's snapshot (the lock read above
     -- waited for that completion): a continuation it committed may be invisible here, so write
@@ -210,7 +221,7 @@ problems AS (
     SELECT 'chain_not_found:' || t.chain_id::text
     FROM to_insert AS t
     WHERE t.chain_id IS NOT NULL
-      AND NOT EXISTS (SELECT 1 FROM {job} AS r WHERE r.id = t.chain_id AND r.chain_index = 0)
+      AND NOT EXISTS (SELECT 1 FROM continued AS r WHERE r.id = t.chain_id)
       AND NOT EXISTS (SELECT 1 FROM to_insert AS q WHERE q.chain_id IS NULL AND q.id = t.chain_id)
 ),
 new_rows AS (
