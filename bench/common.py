@@ -236,3 +236,74 @@ def cpu_seconds() -> float:
 
 def rss_bytes() -> int:
     return int(psutil.Process().memory_info().rss)
+
+
+# ---------------------------------------------------------------- table statistics while a phase runs
+
+
+class TableSampler:
+    """Samples ``pg_stat_user_tables`` of one table every ``every`` seconds, in a thread.
+
+    Each sample: seconds since start, n_live_tup, n_dead_tup, n_tup_upd, n_tup_hot_upd,
+    autovacuum_count and the table's total size in bytes (heap + indexes + TOAST). The
+    statistics are the server's cumulative counters (flushed by backends about once a second).
+    """
+
+    SQL = (
+        "SELECT n_live_tup, n_dead_tup, n_tup_upd, n_tup_hot_upd, autovacuum_count, "
+        "pg_total_relation_size(relid) FROM pg_stat_user_tables WHERE schemaname = %s AND relname = %s"
+    )
+
+    def __init__(self, db: str, schema: str, table: str, every: float = 5.0) -> None:
+        import threading
+
+        self.db, self.schema, self.table, self.every = db, schema, table, every
+        self.samples: list[tuple[float, int, int, int, int, int, int]] = []
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def sample_once(self, conn: psycopg.Connection[Any], t0: float) -> None:
+        row = conn.execute(self.SQL, (self.schema, self.table)).fetchone()  # type: ignore[arg-type]
+        if row is not None:
+            self.samples.append((round(time.monotonic() - t0, 2), *(int(x) for x in row)))  # type: ignore[arg-type]
+
+    def _run(self) -> None:
+        t0 = time.monotonic()
+        with psycopg.connect(pg_url(self.db), autocommit=True) as conn:
+            while True:
+                self.sample_once(conn, t0)
+                if self._stop.wait(self.every):
+                    self.sample_once(conn, t0)
+                    return
+
+    def __enter__(self) -> TableSampler:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join(30)
+
+    def summary(self) -> dict[str, Any]:
+        """Peak and last dead tuples, HOT share of updates and autovacuum runs over the window."""
+        if not self.samples:
+            return {}
+        first, last = self.samples[0], self.samples[-1]
+        peak = max(self.samples, key=lambda s: s[2])
+        half = last[0] / 2
+        upd = last[3] - first[3]
+        return {
+            "dead_peak": peak[2],
+            "dead_peak_at_s": peak[0],
+            "dead_last": last[2],
+            "dead_peak_first_half": max(s[2] for s in self.samples if s[0] <= half),
+            "dead_peak_second_half": max(s[2] for s in self.samples if s[0] > half) if last[0] > 0 else 0,
+            "tup_upd": upd,
+            "tup_hot_upd": last[4] - first[4],
+            "hot_share": (last[4] - first[4]) / upd if upd else None,
+            "autovacuums": last[5] - first[5],
+            "table_bytes_start": first[6],
+            "table_bytes_end": last[6],
+            "samples": [list(s) for s in self.samples],
+            "sample_every_s": self.every,
+        }

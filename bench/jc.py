@@ -80,22 +80,55 @@ class Counter:
         self.n = n
         self.count = 0
         self.first: float | None = None
+        # The system-wide monotonic clock, comparable between processes (bench/multiprocess.py).
+        self.first_mono = 0.0
+        self.last_mono = 0.0
         self.cpu0 = 0.0
         self.marks = sorted(marks)
         self.rss: dict[int, int] = {}
+        self.started = asyncio.Event()
         self.done = asyncio.Event()
 
     def begin(self) -> None:
         if self.first is None:
             self.first = time.perf_counter()
+            self.first_mono = time.monotonic()
             self.cpu0 = cpu_seconds()
+            self.started.set()
 
     def end(self) -> None:
         self.count += 1
+        self.last_mono = time.monotonic()
         if self.marks and self.count >= self.marks[0]:
             self.rss[self.marks.pop(0)] = rss_bytes()
         if self.count >= self.n:
             self.done.set()
+
+
+async def timeline(counter: Counter, every: float, out: list[tuple[float, int]]) -> None:
+    """(seconds since the first handler, jobs handled) every ``every`` seconds."""
+    await counter.started.wait()
+    assert counter.first is not None
+    while True:
+        await asyncio.sleep(every)
+        out.append((round(time.perf_counter() - counter.first, 3), counter.count))
+
+
+async def run_until(counter: Counter, cfg: dict[str, Any]) -> None:
+    """Until ``n`` jobs are handled; ``max_seconds`` after the first handler started (the long
+    run: it then reports how far it got); or, with ``until_stop``, until a line on stdin."""
+    if cfg.get("until_stop"):
+        await asyncio.to_thread(sys.stdin.readline)
+        return
+    max_seconds = cfg.get("max_seconds")
+    if max_seconds is None:
+        await counter.done.wait()
+        return
+    with contextlib.suppress(TimeoutError):
+        await asyncio.wait_for(counter.started.wait(), max_seconds)
+        assert counter.first is not None
+        left = max_seconds - (time.perf_counter() - counter.first)
+        await asyncio.wait_for(counter.done.wait(), max(0.0, left))
 
 
 def processors(counter: Counter, mode: str, max_batch: int = 100) -> Processors:
@@ -145,25 +178,36 @@ async def work(cfg: dict[str, Any]) -> dict[str, Any]:
         poll_interval=cfg.get("poll_interval", 1.0),
     )
     rss_start = rss_bytes()
+    if cfg.get("barrier"):  # several processes start claiming together (bench/multiprocess.py)
+        emit({"ready": True})
+        await asyncio.to_thread(sys.stdin.readline)
+    ticks: list[tuple[float, int]] = []
+    ticker = asyncio.create_task(timeline(counter, cfg["timeline"], ticks)) if cfg.get("timeline") else None
     await worker.start()
-    # max_seconds bounds a long run (the RSS phase): it then reports how far it got.
-    with contextlib.suppress(TimeoutError):
-        await asyncio.wait_for(counter.done.wait(), cfg.get("max_seconds"))
+    await run_until(counter, cfg)
     await worker.stop()
     end = time.perf_counter()
     cpu = cpu_seconds() - counter.cpu0
+    if ticker is not None:
+        ticker.cancel()
     await client.close()
     assert counter.first is not None
     seconds = end - counter.first
-    return {
+    result = {
         "n": counter.count,
         "seconds": seconds,
         "rate": counter.count / seconds,
         "cpu_per_1000": cpu / counter.count * 1000,
+        "cpu_seconds": cpu,
+        "first_mono": counter.first_mono,
+        "last_mono": counter.last_mono,
         "rss_start": rss_start,
         "rss_end": rss_bytes(),
         "rss_marks": counter.rss,
     }
+    if ticker is not None:
+        result["timeline"] = ticks
+    return result
 
 
 async def memory(n: int, concurrency: int, mode: str, prefetch: int = 0) -> dict[str, Any]:

@@ -8,9 +8,10 @@ Writes bench/results/<date>.json (raw), <date>.md (tables) and <date>.png (chart
 Environment knobs (defaults in brackets): BENCH_REPEATS [3], BENCH_JOBS [20000],
 BENCH_SINGLE [2000], BENCH_LATENCY [2000 per notify backend], BENCH_LATENCY_OTHER [500: polling
 and the peers], BENCH_WAKE_JOBS [500 chains per case of the 8-idle-workers phase],
-BENCH_HISTORY [1000000], BENCH_RSS_JOBS [1000000] and BENCH_RSS_SECONDS [300]
-(the long run stops at whichever comes first), BENCH_BUDGET [1560 s: repeats 2 and 3 run only
-if they fit], BENCH_QUICK=1 (a smoke run: small counts), BENCH_PG / BENCH_REDIS / BENCH_NATS.
+BENCH_HISTORY [1000000], BENCH_RSS_JOBS [1000000: the long run's backlog never falls below it]
+and BENCH_RSS_SECONDS [300: the long run's window, from its first handler], BENCH_BUDGET
+[1560 s: repeats 2 and 3 run only if they fit], BENCH_QUICK=1 (a smoke run: small counts),
+BENCH_PG / BENCH_REDIS / BENCH_NATS.
 
 PostgreSQL: unless BENCH_PG names a server, the run starts a private cluster of its own
 (``jobchain_postgres.testing.PrivateServer``: initdb into a temporary directory, pg_ctl on a free
