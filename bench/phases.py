@@ -35,6 +35,7 @@ from common import (
     run_child,
 )
 from history import insert_history, insert_pending
+from multiprocess import LAYOUTS, layout_label, run_processes
 from pgproxy import CountingProxy
 
 JC_DB = "bench_jobchain"
@@ -71,6 +72,7 @@ PHASE_PLAN_KEYS = {
     "latency": ("latency", "latency_other"),
     "wake_hints": ("wake_jobs",),
     "rss": ("rss_jobs", "rss_seconds"),
+    "processes": ("jobs",),
 }
 
 
@@ -144,6 +146,7 @@ class Runner:
         steps = [
             ("references", self.references),
             ("repeat 1", lambda: self.repeat(0)),
+            ("processes", self.processes),
             ("round trips", self.round_trips),
             ("latency", self.latency),
             ("wake hints", self.wake_hints),
@@ -387,6 +390,21 @@ class Runner:
                 peak_rss=out["peak_rss"],
                 machine_busy=busy,
             )
+
+    # ------------------------------------------------------------ several worker processes, one database
+
+    def processes(self) -> None:
+        """1, 2 and 4 worker processes with the single-process row's total concurrency
+        (bench/multiprocess.py), interleaved, each over a fresh fill of the plan's jobs."""
+        state = self._jc_fresh()
+        for rep in range(1 if self.plan.quick else 2):
+            for count in (1, 2, 4):
+                self._jc_clear()
+                run_child(["bench/jc.py", "fill", state, str(self.plan.jobs)])
+                admin_sql(f"ANALYZE {SCHEMA}.jobchain_job", JC_DB)
+                checkpoint()
+                out = run_processes(state, jc_notify(), JC_DB, SCHEMA, self.plan.jobs, LAYOUTS[count])
+                self.record("processes", "jobchain-pg", layout_label(LAYOUTS[count]), rep, **out)
 
     # ------------------------------------------------------------ round trips through the counting proxy
 

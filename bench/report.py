@@ -105,6 +105,38 @@ def _process_table(res: Results) -> list[str]:
     return out
 
 
+def _processes_table(res: Results) -> list[str]:
+    """Issue 21 item 4: 1, 2 and 4 worker processes on one database, same total concurrency."""
+    configs = res.configs("processes", "jobchain-pg")
+    if not configs:
+        return ["(not measured)"]
+    single_config = "atomic c10 prefetch 10"
+    single = res.stat("process", "jobchain-pg", single_config)
+    out = [
+        "Every layout totals 10 handler slots and 10 prefetched jobs, atomic mode, on one database; the "
+        "processes are released together and run until the table has no incomplete job "
+        "(`bench/multiprocess.py`). jobs/s spans the first handler start to the last completion in any "
+        "process; CPU is summed over the processes; server transactions exclude the orchestrator's polls.",
+        "",
+        f"| worker processes (jobchain PostgreSQL, atomic) | jobs/s | ÷ single-process row ({single_config}: "
+        f"{cell(single)}) | worker CPU s / 1,000 jobs, all processes | server xacts / job | jobs per process (first round) "
+        "| peak RSS per process MB | machine busy |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
+    for config in configs:
+        rate = res.stat("processes", "jobchain-pg", config)
+        recs = res.groups[("processes", "jobchain-pg", config)]
+        spread = " / ".join(f"{jobs:,}" for jobs in recs[0]["per_process_jobs"])  # the first round's
+        out.append(
+            f"| {config} | {cell(rate)} | {ratio(rate, single)} "
+            f"| {cell(res.stat('processes', 'jobchain-pg', config, 'cpu_per_1000'), 3)} "
+            f"| {cell(res.stat('processes', 'jobchain-pg', config, 'xacts_per_job'), 2)} | {spread} "
+            f"| {cell(res.stat('processes', 'jobchain-pg', config, 'peak_rss', MB))} "
+            f"| {cell(res.stat('processes', 'jobchain-pg', config, 'machine_busy', 0.01))} % |"
+        )
+    return out
+
+
 def _sync_table(res: Results) -> list[str]:
     """jobchain.sync next to the async client, same run (issue 20: a sync start costs <= 1.3x)."""
     out = [
@@ -555,6 +587,8 @@ def write_report(info: dict[str, Any], records: list[dict[str, Any]], md_path: P
     for name, need, got, ok in targets(res):
         lines.append(f"| {name} | {need} | {got} | {'yes' if ok else ('–' if ok is None else '**no**')} |")
     lines += ["", "## Start", "", *_start_table(res), "", "## Processing", "", *_process_table(res)]
+    lines += ["", "## Several worker processes, one database", "", *_added_note(info, "processes")]
+    lines += [*_processes_table(res)]
     lines += ["", "## Synchronous starts (jobchain.sync)", "", *_sync_table(res)]
     lines += ["", "## SQLite and the in-process adapter", "", *_sqlite_table(res)]
     lines += ["", "## Wake-up latency", "", *_added_note(info, "latency"), *_latency_table(res)]
