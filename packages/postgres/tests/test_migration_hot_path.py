@@ -6,6 +6,7 @@ layout with fewer indexes (EXPLAIN, never timings)."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import re
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -191,6 +192,46 @@ async def test_a_continuation_waits_for_a_deletion_of_its_chain_in_flight_then_i
         await asyncio.wait_for(continuing, 10)
     async with pg_state.transaction(read_only=True) as tx:
         assert (await tx.jobs_list(JobsList())).items == []
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="known gap since 0009 (issue 21): chains_delete decides on its snapshot, so a continuation "
+    "committed while it waits for the chain's row locks is left without its root; the foreign key "
+    "used to refuse that deletion. Fix: lock the roots (FOR UPDATE) in a statement sent before "
+    "chains_delete, as chains_cancel_lock does for cancels.",
+)
+async def test_a_deletion_waiting_for_a_completion_that_continues_the_chain_leaves_no_orphan(
+    pg_state: PostgresStateAdapter,
+) -> None:
+    root = _new()
+    async with pg_state.transaction() as tx:
+        await tx.jobs_create(JobsCreate(jobs=[root], now=NOW))
+    step = _step(root.id, root.id, 1)
+    async with pg_state.transaction() as worker:
+        claimed = await worker.jobs_acquire(
+            JobsAcquire(type_names=["t"], worker_id="w", lease_for=LEASE, now=NOW)
+        )
+        await worker.jobs_create(JobsCreate(jobs=[step], now=NOW))
+        await worker.job_complete(
+            JobComplete(
+                job_id=root.id, worker_id="w", lease_generation=claimed.jobs[0].lease_generation, now=NOW
+            )
+        )
+
+        async def delete() -> None:
+            async with pg_state.transaction() as tx:
+                await tx.chains_delete(ChainsDelete(chain_ids=[root.id]))
+
+        deleting = asyncio.create_task(delete())
+        await asyncio.sleep(0.3)  # let it reach the row locks (asserted: it is still waiting)
+        assert not deleting.done()
+    with contextlib.suppress(ChainNotFoundError):
+        await asyncio.wait_for(deleting, 10)
+    async with pg_state.transaction(read_only=True) as tx:
+        left = (await tx.jobs_list(JobsList())).items
+    # Either the whole chain is gone or all of it is left: never a continuation without its root.
+    assert sorted(j.chain_index for j in left) in ([], [0, 1]), left
 
 
 # ---------------------------------------------------------------- plans on the new layout
