@@ -1,7 +1,7 @@
 -- jobs_list: jobs by created_at then id, filtered and keyset-paginated (limit + 1 rows).
--- Plan: job_listing_idx, job_listing_status_idx or job_listing_type_name_idx by filter; the error
--- type is a filter on the rows those yield (dead letters: status failed narrows them first), as
--- is the leaseholder.
+-- Plan: job_listing_idx, or job_listing_type_name_idx with a type filter; the leaseholder filter
+-- (status = 'running') can read job_listing_status_idx (partial: the rare statuses). The status
+-- list compares text, so it filters the rows those yield, as does the error type (dead letters).
 SELECT j.*
 FROM {job} AS j
 WHERE (%(type_names)s::text[] IS NULL OR j.type_name = ANY (%(type_names)s::text[]))
