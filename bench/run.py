@@ -10,7 +10,7 @@ BENCH_SINGLE [2000], BENCH_LATENCY [2000 per notify backend], BENCH_LATENCY_OTHE
 and the peers], BENCH_WAKE_JOBS [500 chains per case of the 8-idle-workers phase],
 BENCH_HISTORY [1000000], BENCH_RSS_JOBS [1000000: the long run's backlog never falls below it]
 and BENCH_RSS_SECONDS [300: the long run's window, from its first handler], BENCH_BUDGET
-[1560 s: repeats 2 and 3 run only if they fit], BENCH_QUICK=1 (a smoke run: small counts),
+[1800 s: repeats 2 and 3 run only if they fit], BENCH_QUICK=1 (a smoke run: small counts),
 BENCH_PG / BENCH_REDIS / BENCH_NATS.
 
 PostgreSQL: unless BENCH_PG names a server, the run starts a private cluster of its own
@@ -60,7 +60,7 @@ def plan_from_env() -> Plan:
         history=env_int("BENCH_HISTORY", 20000 if quick else 1_000_000),
         rss_jobs=env_int("BENCH_RSS_JOBS", 5000 if quick else 1_000_000),
         rss_seconds=env_int("BENCH_RSS_SECONDS", 30 if quick else 300),
-        budget=env_int("BENCH_BUDGET", 600 if quick else 1560),
+        budget=env_int("BENCH_BUDGET", 600 if quick else 1800),
         quick=quick,
         wake_jobs=env_int("BENCH_WAKE_JOBS", 100 if quick else 500),
     )
