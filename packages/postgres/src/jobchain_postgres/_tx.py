@@ -5,15 +5,22 @@ poisons the transaction), sends exactly one named statement from ``sql/``, and m
 Completions send two in one pipeline (one round trip): the row locks, then the statement that
 decides (see ``sql/jobs_lock.sql``); when another transaction holds a row, they wait for its
 lock and decide again (see ``sql/job_complete.sql``).
+
+An own transaction begins lazily: BEGIN goes out with its first statement, so a transaction
+that only starts chains costs two round trips (BEGIN with the INSERT, then COMMIT), not three,
+and one that sends nothing costs none (see ``PostgresStateTx._roots_create``).
 """
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Awaitable, Mapping, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from contextlib import AbstractAsyncContextManager, asynccontextmanager, nullcontext, suppress
 from datetime import datetime, timedelta
+from types import TracebackType
 from typing import Any
 
+import psycopg
+from psycopg import IsolationLevel
 from psycopg.pq import TransactionStatus
 
 from jobchain.contracts.state import (
@@ -76,6 +83,54 @@ _STALE_RUNS = 16
 """Statements one jobs_create may send while its blocker chains keep completing steps under it."""
 
 
+_FOLDED_BEGIN_MAX = 16
+"""Largest batch whose statement carries the transaction's BEGIN (bound client-side, planned per
+execution: a gain only while the saved round trip outweighs planning; a batch of 100 gains
+nothing measurable)."""
+
+Reconnect = Callable[[], Awaitable[AnyConnection]]
+"""Hands back a transaction's connection, found dead before anything ran on it, for a fresh one."""
+
+
+class _Transaction:
+    """psycopg's transaction block with its BEGIN and COMMIT errors translated.
+
+    Errors from the body are left as they are; when the body fails, a failing ROLLBACK (the
+    connection is gone) never hides the body's error.
+    """
+
+    def __init__(self, connection: AnyConnection) -> None:
+        self._block = connection.transaction()
+
+    async def __aenter__(self) -> None:
+        with translated():
+            await self._block.__aenter__()
+
+    async def __aexit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> bool:
+        if exc is None:
+            with translated():
+                await self._block.__aexit__(None, None, None)
+            return False
+        # A failing ROLLBACK means the connection broke; the pool discards it and the body's error wins.
+        with suppress(psycopg.Error):
+            await self._block.__aexit__(exc_type, exc, tb)
+        return False
+
+
+def _begin_statement(connection: AnyConnection) -> bytes:
+    """The BEGIN psycopg's transaction block would send on ``connection`` (its isolation level
+    and read-only setting)."""
+    parts = [b"BEGIN"]
+    if connection.isolation_level is not None:
+        level = IsolationLevel(connection.isolation_level).name.replace("_", " ")
+        parts.append(b"ISOLATION LEVEL " + level.encode())
+    if connection.read_only is not None:
+        parts.append(b"READ ONLY" if connection.read_only else b"READ WRITE")
+    return b" ".join(parts)
+
+
 def _plain_root(job: NewJob) -> bool:
     return (
         job.chain_id is None
@@ -134,9 +189,19 @@ class PostgresStateTx(
         read_only: bool,
         prepare: bool | None,
         autocommit: bool = False,
+        begin: _Transaction | None = None,
+        reconnect: Reconnect | None = None,
     ) -> None:
         self._conn = connection
         self._autocommit = autocommit
+        self._pending = begin
+        """The own transaction's block, not entered yet: BEGIN goes with the first statement."""
+        self._entered: _Transaction | None = None
+        self._manual = False
+        """BEGIN was sent outside psycopg's transaction block (folded, or left to psycopg's
+        non-autocommit mode): _finish commits or rolls back."""
+        self._autocommit_off = False
+        self._reconnect = reconnect
         self._q = queries
         self._atomic_claim = atomic_claim
         self._read_only = read_only
@@ -147,7 +212,77 @@ class PostgresStateTx(
     @property
     def connection(self) -> AnyConnection:
         """The psycopg connection of this transaction."""
+        if self._pending is not None:
+            self._begin_with_your_first_statement()
         return self._conn
+
+    def _begin_with_your_first_statement(self) -> None:
+        """The caller takes the connection before jobchain sent anything: psycopg's non-autocommit
+        mode then sends BEGIN before the first statement there, whoever sends it.
+
+        psycopg counts an open transaction block as well, as the eager block did: the caller's
+        ``connection.transaction()`` is then a savepoint inside this transaction and
+        ``connection.commit()`` is refused, instead of committing half of it.
+        """
+        conn = self._conn
+        self._pending = None
+        self._manual = True
+        self._autocommit_off = True
+        conn._autocommit = False
+        conn._num_transactions += 1
+
+    async def _start(self) -> None:
+        """Send the pending BEGIN on its own (statements that do not carry it)."""
+        if self._pending is None:
+            return
+        block, self._pending = self._pending, None
+        try:
+            await block.__aenter__()
+        except TransientStateError:
+            if not self._renewable():
+                raise
+            block = await self._renew()
+            self._pending = None
+            await block.__aenter__()
+        self._entered = block
+
+    def _renewable(self) -> bool:
+        """A dead pooled connection, found by this transaction's first statement: nothing ran."""
+        return self._reconnect is not None and self._conn.broken
+
+    async def _renew(self) -> _Transaction:
+        """A fresh connection in place of the dead one; its block is pending (and returned)."""
+        assert self._reconnect is not None
+        reconnect, self._reconnect = self._reconnect, None  # once
+        self._manual = False  # the dead connection's BEGIN ended with it
+        self._conn = await reconnect()
+        self._pending = _Transaction(self._conn)
+        return self._pending
+
+    async def _finish(self, error: BaseException | None) -> None:
+        """Commit (``error`` is None) or roll back the own transaction, if it began."""
+        if self._entered is not None:
+            if error is None:
+                await self._entered.__aexit__(None, None, None)
+            else:
+                await self._entered.__aexit__(type(error), error, error.__traceback__)
+            return
+        if not self._manual:
+            return  # nothing was sent: nothing to end
+        conn = self._conn
+        # Never below zero: your connection.transaction() failing as the first statement
+        # already popped the block counted here.
+        conn._num_transactions = max(0, conn._num_transactions - 1)
+        try:
+            if error is None:
+                with translated():
+                    await conn.commit()
+            else:
+                with suppress(psycopg.Error):
+                    await conn.rollback()
+        finally:
+            if self._autocommit_off:
+                conn._autocommit = True
 
     @property
     def read_only(self) -> bool:
@@ -175,6 +310,7 @@ class PostgresStateTx(
         self, query: bytes, params: Mapping[str, Any], *, write: bool, ids: Sequence[str] = ()
     ) -> tuple[Shape, list[Row]]:
         self._check(write=write)
+        await self._start()
         with translated(ids=ids):
             cursor = self._conn.cursor()
             # Ids as the server's text: parsing each into uuid.UUID only to str() it again
@@ -197,6 +333,7 @@ class PostgresStateTx(
         autocommit too: one Sync ends both), with ``query``'s snapshot taken after ``lock``'s
         row locks were granted."""
         self._check(write=True)
+        await self._start()
         with translated(ids=ids):
             async with self._conn.pipeline():
                 await self._conn.cursor().execute(lock, lock_params, prepare=self._prepare)
@@ -216,6 +353,7 @@ class PostgresStateTx(
     ) -> tuple[Shape, list[Row]]:
         """``_rows_after_lock`` with several lock statements, sent in the order given."""
         self._check(write=True)
+        await self._start()
         with translated(ids=ids):
             async with self._conn.pipeline():
                 for lock, lock_params in locks:
@@ -225,6 +363,16 @@ class PostgresStateTx(
                 await cursor.execute(query, params, prepare=self._prepare)
                 rows = await cursor.fetchall()
             return shape_of(query, cursor), rows
+
+    async def _pipeline(
+        self, steps: Sequence[tuple[bytes, Mapping[str, Any]]]
+    ) -> list[tuple[Shape, list[Row]]]:
+        await self._start()
+        return await super()._pipeline(steps)
+
+    async def _read_without_jit(self, query: bytes, params: Mapping[str, Any]) -> tuple[Shape, list[Row]]:
+        await self._start()
+        return await super()._read_without_jit(query, params)
 
     def _steps_together(self) -> AbstractAsyncContextManager[object]:
         """Where an operation's statements must share one transaction: in autocommit, a
@@ -250,6 +398,7 @@ class PostgresStateTx(
         self._depth += 1
         save, release, rollback = savepoint_statements(self._depth)
         try:
+            await self._start()
             with translated():
                 await self._conn.execute(save, prepare=False)
             try:
@@ -375,7 +524,7 @@ class PostgresStateTx(
         channel = params.announce_on
         query_params = {"now": check_now(params.now), "jobs": document, "channel": channel}
         announced = channel is not None
-        _shape, rows = await self._rows(self._q.jobs_create_roots, query_params, write=True, ids=ids)
+        rows = await self._roots_rows(query_params, ids)
         decided = {row[0]: (utc(row[1]), utc(row[2])) for row in rows}
         results: list[JobCreated] = []
         for job_id, new in zip(ids, jobs, strict=True):
@@ -397,6 +546,42 @@ class PostgresStateTx(
             )
             results.append(JobCreated(job=job, announced=announced))
         return results
+
+    async def _roots_rows(self, params: Mapping[str, Any], ids: list[str]) -> list[Row]:
+        """The rows of ``jobs_create_roots``; as the transaction's first statement of a small
+        batch, sent together with its BEGIN (one round trip for both)."""
+        if (
+            self._pending is None
+            or len(ids) > _FOLDED_BEGIN_MAX
+            or not isinstance(self._conn, psycopg.AsyncConnection)
+        ):
+            _shape, rows = await self._rows(self._q.jobs_create_roots, params, write=True, ids=ids)
+            return rows
+        self._check(write=True)
+        try:
+            return await self._begin_with(self._q.jobs_create_roots, params, ids)
+        except TransientStateError:
+            if not self._renewable():
+                raise
+            await self._renew()
+            return await self._begin_with(self._q.jobs_create_roots, params, ids)
+
+    async def _begin_with(self, query: bytes, params: Mapping[str, Any], ids: Sequence[str]) -> list[Row]:
+        """BEGIN and ``query`` in one simple-protocol message (bound client-side), one round trip.
+
+        psycopg's pipeline mode would send them together too, but ends with a Sync of its own:
+        the same number of waits as a separate BEGIN.
+        """
+        conn = self._conn
+        self._pending = None
+        self._manual = True
+        conn._num_transactions += 1  # an open transaction block, as psycopg's own would count
+        with translated(ids=ids):
+            cursor = psycopg.AsyncClientCursor(conn)
+            cursor.adapters.register_loader(UUID_OID, UuidAsText)
+            await cursor.execute(_begin_statement(conn) + b";\n" + query, params)
+            cursor.nextset()
+            return await cursor.fetchall()
 
     # ------------------------------------------------------------ reads
 

@@ -376,28 +376,31 @@ def new_roots_document(jobs: Sequence[NewJob]) -> tuple[list[str], str]:
     """The ids and the JSON document of ``jobs_create_roots`` (new chains only).
 
     One ``json.dumps`` of the whole batch costs a fraction of psycopg's adaptation of one
-    array parameter per column.
+    array parameter per column. A key whose value is null or the default is left out: the
+    statement reads a missing key as a JSON null does (SQL NULL, then its default), and a plain
+    start sends only its id, type and input.
     """
     ids: list[str] = []
     items: list[dict[str, Any]] = []
-    for position, new in enumerate(jobs):
+    for new in jobs:
         if new.chain_index != 0:  # new chains only (see check_chain_index)
             check_chain_index(new)
         job_id = job_uuid(new.id)
         ids.append(job_id)
+        item: dict[str, Any] = {"id": job_id, "type_name": new.type_name, "input": new.input}
+        if new.chain_type_name != new.type_name:  # absent reads as type_name
+            item["chain_type_name"] = new.chain_type_name
         schedule = new.schedule
-        item: dict[str, Any] = {
-            "ord": position,
-            "id": job_id,
-            "type_name": new.type_name,
-            "chain_type_name": new.chain_type_name,
-            "input": new.input,
-            "scheduled_at": None if schedule is None or schedule.at is None else schedule.at.isoformat(),
-            "delay": None if schedule is None or schedule.after is None else schedule.after.total_seconds(),
-            "trace_context": new.trace_context,
-            "chain_trace_context": new.chain_trace_context,
-        }
-        if new.runs_after_failed_blockers:  # absent reads as false: most starts send nothing more
+        if schedule is not None:
+            if schedule.at is not None:
+                item["scheduled_at"] = schedule.at.isoformat()
+            if schedule.after is not None:
+                item["delay"] = schedule.after.total_seconds()
+        if new.trace_context is not None:
+            item["trace_context"] = new.trace_context
+        if new.chain_trace_context is not None:
+            item["chain_trace_context"] = new.chain_trace_context
+        if new.runs_after_failed_blockers:  # absent reads as false
             item["runs_after"] = True
         if new.priority:  # absent reads as 0
             item["priority"] = new.priority

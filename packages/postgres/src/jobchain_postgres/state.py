@@ -32,7 +32,7 @@ from psycopg_pool import AsyncConnectionPool
 from jobchain.contracts.capabilities import Capability
 from jobchain.errors import TransientStateError
 from jobchain.url import BackendURL
-from jobchain_postgres._tx import PostgresStateTx
+from jobchain_postgres._tx import PostgresStateTx, Reconnect, _Transaction
 from jobchain_postgres.errors import closed, translated, unreachable
 from jobchain_postgres.migrate import apply_migrations
 from jobchain_postgres.options import StateOptions, parse_url, state_options, target
@@ -187,7 +187,15 @@ class PostgresStateAdapter:
         async with self._own(read_only) as tx:
             yield tx
 
-    def _tx(self, connection: AnyConnection, read_only: bool, *, autocommit: bool = False) -> PostgresStateTx:
+    def _tx(
+        self,
+        connection: AnyConnection,
+        read_only: bool,
+        *,
+        autocommit: bool = False,
+        begin: _Transaction | None = None,
+        reconnect: Reconnect | None = None,
+    ) -> PostgresStateTx:
         return PostgresStateTx(
             connection,
             self._queries,
@@ -195,6 +203,8 @@ class PostgresStateAdapter:
             read_only=read_only,
             prepare=self._prepare,
             autocommit=autocommit,
+            begin=begin,
+            reconnect=reconnect,
         )
 
     @asynccontextmanager
@@ -216,49 +226,63 @@ class PostgresStateAdapter:
     @asynccontextmanager
     async def _own(self, read_only: bool) -> AsyncIterator[PostgresStateTx]:
         async with contextlib.AsyncExitStack() as stack:
-            connection = await self._begin(stack, read_only)
-            tx = self._tx(connection, read_only)
+            tx = await self._lazy(stack, read_only)
             try:
                 yield tx
                 if tx.poisoned:
                     raise TransientStateError("a statement failed in this transaction; it was rolled back")
-            finally:
-                tx._end()
-
-    async def _begin(self, stack: contextlib.AsyncExitStack, read_only: bool) -> AnyConnection:
-        """Check out a connection and BEGIN on it (rolled back or committed when ``stack`` exits).
-
-        A pooled connection the server dropped (restart, idle timeout, pg_terminate_backend) is
-        only discovered when used: if BEGIN fails, the pool drops its dead idle connections and
-        BEGIN is tried once more. Nothing has happened yet, so that is safe.
-        """
-        for attempt in (1, 2):
-            inner = contextlib.AsyncExitStack()
-            connection: AnyConnection | None = None
-            try:
-                connection = await inner.enter_async_context(self._checkout())
-                if read_only:
-                    await connection.set_read_only(True)
-                    inner.push_async_callback(_reset_read_only, connection)
-                elif connection.read_only:
-                    # A read-only transaction cancelled while it ended (a watch stopped as its
-                    # attempt finished) can hand the connection back before the reset ran:
-                    # every write transaction states what it needs instead of trusting it.
-                    await connection.set_read_only(False)
-                await inner.enter_async_context(_Transaction(connection))
-            except TransientStateError as error:
-                await inner.__aexit__(type(error), error, error.__traceback__)
-                if attempt == 2:
-                    raise
-                with translated():
-                    await self._provider.recover()
-                continue
             except BaseException as error:
-                await inner.__aexit__(type(error), error, error.__traceback__)
+                tx._end()
+                await tx._finish(error)
                 raise
-            await stack.enter_async_context(inner)
-            return connection
-        raise AssertionError("unreachable")  # pragma: no cover
+            tx._end()
+            await tx._finish(None)
+
+    async def _lazy(self, stack: contextlib.AsyncExitStack, read_only: bool) -> PostgresStateTx:
+        """A transaction whose BEGIN waits for its first statement (and goes with it).
+
+        A pooled connection the server dropped is found by that first statement: nothing has
+        run, so the transaction hands it back and takes a fresh one, once; nothing has happened yet,
+        so that is safe.
+        """
+        inner = contextlib.AsyncExitStack()
+
+        async def exit_inner(*exc: Any) -> bool | None:
+            return await inner.__aexit__(*exc)
+
+        stack.push_async_exit(exit_inner)
+        connection = await self._connection(inner, read_only)
+
+        async def reconnect() -> AnyConnection:
+            nonlocal inner
+            broken, inner = inner, contextlib.AsyncExitStack()
+            await broken.aclose()  # the pool discards the broken connection
+            with translated():
+                await self._provider.recover()
+            return await self._connection(inner, read_only)
+
+        if isinstance(connection, psycopg.AsyncConnection):
+            return self._tx(connection, read_only, begin=_Transaction(connection), reconnect=reconnect)
+        # jobchain.sync's view of a synchronous connection: BEGIN now, as a block.
+        try:
+            await inner.enter_async_context(_Transaction(connection))
+        except TransientStateError:
+            connection = await reconnect()
+            await inner.enter_async_context(_Transaction(connection))
+        return self._tx(connection, read_only)
+
+    async def _connection(self, stack: contextlib.AsyncExitStack, read_only: bool) -> AnyConnection:
+        """Check out a connection set up for a transaction (handed back when ``stack`` exits)."""
+        connection = await stack.enter_async_context(self._checkout())
+        if read_only:
+            await connection.set_read_only(True)
+            stack.push_async_callback(_reset_read_only, connection)
+        elif connection.read_only:
+            # A read-only transaction cancelled while it ended (a watch stopped as its
+            # attempt finished) can hand the connection back before the reset ran:
+            # every write transaction states what it needs instead of trusting it.
+            await connection.set_read_only(False)
+        return connection
 
     @asynccontextmanager
     async def _joined(self, connection: object, read_only: bool) -> AsyncIterator[PostgresStateTx]:
@@ -340,33 +364,6 @@ class PostgresStateAdapter:
 async def _reset_read_only(connection: AnyConnection) -> None:
     if not connection.closed:
         await connection.set_read_only(False)
-
-
-class _Transaction:
-    """psycopg's transaction block with its BEGIN and COMMIT errors translated.
-
-    Errors from the body are left as they are; when the body fails, a failing ROLLBACK (the
-    connection is gone) never hides the body's error.
-    """
-
-    def __init__(self, connection: AnyConnection) -> None:
-        self._block = connection.transaction()
-
-    async def __aenter__(self) -> None:
-        with translated():
-            await self._block.__aenter__()
-
-    async def __aexit__(
-        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
-    ) -> bool:
-        if exc is None:
-            with translated():
-                await self._block.__aexit__(None, None, None)
-            return False
-        # A failing ROLLBACK means the connection broke; the pool discards it and the body's error wins.
-        with contextlib.suppress(psycopg.Error):
-            await self._block.__aexit__(exc_type, exc, tb)
-        return False
 
 
 def utc_session(conninfo: str) -> str:
