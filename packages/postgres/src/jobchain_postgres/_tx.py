@@ -83,11 +83,6 @@ _STALE_RUNS = 16
 """Statements one jobs_create may send while its blocker chains keep completing steps under it."""
 
 
-_FOLDED_BEGIN_MAX = 16
-"""Largest batch whose statement carries the transaction's BEGIN (bound client-side, planned per
-execution: a gain only while the saved round trip outweighs planning; a batch of 100 gains
-nothing measurable)."""
-
 Reconnect = Callable[[], Awaitable[AnyConnection]]
 """Hands back a transaction's connection, found dead before anything ran on it, for a fresh one."""
 
@@ -548,13 +543,9 @@ class PostgresStateTx(
         return results
 
     async def _roots_rows(self, params: Mapping[str, Any], ids: list[str]) -> list[Row]:
-        """The rows of ``jobs_create_roots``; as the transaction's first statement of a small
-        batch, sent together with its BEGIN (one round trip for both)."""
-        if (
-            self._pending is None
-            or len(ids) > _FOLDED_BEGIN_MAX
-            or not isinstance(self._conn, psycopg.AsyncConnection)
-        ):
+        """The rows of ``jobs_create_roots``; as the transaction's first statement, sent together
+        with its BEGIN (one round trip for both)."""
+        if self._pending is None or not isinstance(self._conn, psycopg.AsyncConnection):
             _shape, rows = await self._rows(self._q.jobs_create_roots, params, write=True, ids=ids)
             return rows
         self._check(write=True)
@@ -567,20 +558,22 @@ class PostgresStateTx(
             return await self._begin_with(self._q.jobs_create_roots, params, ids)
 
     async def _begin_with(self, query: bytes, params: Mapping[str, Any], ids: Sequence[str]) -> list[Row]:
-        """BEGIN and ``query`` in one simple-protocol message (bound client-side), one round trip.
+        """BEGIN and ``query`` in one pipeline with one Sync: one wait for both.
 
-        psycopg's pipeline mode would send them together too, but ends with a Sync of its own:
-        the same number of waits as a separate BEGIN.
+        The rows are read after the pipeline ends: fetching them inside it would send a flush
+        and wait, then the pipeline's own Sync would wait again. ``query`` stays a prepared
+        statement. BEGIN goes through a plain cursor: it is the transaction's own statement.
         """
         conn = self._conn
         self._pending = None
         self._manual = True
         conn._num_transactions += 1  # an open transaction block, as psycopg's own would count
         with translated(ids=ids):
-            cursor = psycopg.AsyncClientCursor(conn)
+            cursor = conn.cursor()
             cursor.adapters.register_loader(UUID_OID, UuidAsText)
-            await cursor.execute(_begin_statement(conn) + b";\n" + query, params)
-            cursor.nextset()
+            async with conn.pipeline():
+                await psycopg.AsyncCursor(conn).execute(_begin_statement(conn), prepare=False)
+                await cursor.execute(query, params, prepare=self._prepare)
             return await cursor.fetchall()
 
     # ------------------------------------------------------------ reads

@@ -7,8 +7,7 @@
 -- pg_notify per job type there: delivered when the transaction commits, dropped if it (or the
 -- savepoint) rolls back, so the caller publishes nothing after its commit.
 -- Returns what the server decides (the clock and the clamped schedule).
--- As a transaction's first statement it may follow BEGIN in one message (bound client-side, see
--- _tx.py): placeholders only where a value goes, never in a comment.
+-- As a transaction's first statement it goes in one pipeline with BEGIN (see _tx.py).
 WITH clock AS (
     SELECT COALESCE(%(now)s::timestamptz, statement_timestamp()) AS now
 ),
