@@ -148,6 +148,12 @@ class PostgresStateAdapter:
         With ``connection`` the adapter runs its statements inside your open transaction and
         neither commits nor rolls back: your commit decides. A transaction left poisoned by a
         failed statement is rolled back and raises TransientStateError.
+
+        An own transaction sends BEGIN with its first statement (a start: BEGIN and the INSERT
+        in one round trip, then COMMIT; nothing sent: no round trip). Your SQL on
+        ``tx.connection`` belongs to it whenever you send it; a ``connection.transaction()``
+        block of yours as its very first statement fails instead (send a statement first, or
+        use ``tx.savepoint()``).
         """
         if self._closed:
             raise closed()
