@@ -114,15 +114,15 @@ class _Transaction:
         return False
 
 
-def _begin_statement(connection: AnyConnection) -> bytes:
-    """The BEGIN psycopg's transaction block would send on ``connection`` (its isolation level
-    and read-only setting)."""
+def _begin_statement(conn: psycopg.AsyncConnection[Any]) -> bytes:
+    """The BEGIN psycopg's transaction block would send on ``conn`` (its isolation level and
+    read-only setting). Only for a real psycopg connection (not jobchain.sync's view)."""
     parts = [b"BEGIN"]
-    if connection.isolation_level is not None:
-        level = IsolationLevel(connection.isolation_level).name.replace("_", " ")
+    if conn.isolation_level is not None:
+        level = IsolationLevel(conn.isolation_level).name.replace("_", " ")
         parts.append(b"ISOLATION LEVEL " + level.encode())
-    if connection.read_only is not None:
-        parts.append(b"READ ONLY" if connection.read_only else b"READ WRITE")
+    if conn.read_only is not None:
+        parts.append(b"READ ONLY" if conn.read_only else b"READ WRITE")
     return b" ".join(parts)
 
 
@@ -216,8 +216,8 @@ class PostgresStateTx(
         mode then sends BEGIN before the first statement there, whoever sends it.
 
         psycopg counts an open transaction block as well, as the eager block did: the caller's
-        ``connection.transaction()`` is then a savepoint inside this transaction and
-        ``connection.commit()`` is refused, instead of committing half of it.
+        ``transaction()`` block is then a savepoint inside this transaction and an explicit
+        commit there is refused, instead of committing half of it.
         """
         conn = self._conn
         self._pending = None
