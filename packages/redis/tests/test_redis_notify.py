@@ -8,6 +8,7 @@ import sys
 import uuid
 from collections.abc import AsyncIterator
 from datetime import timedelta
+from typing import Any
 
 import pytest
 from redis.asyncio import Redis
@@ -252,6 +253,63 @@ class TestBadInput:
 
     async def test_closed_adapter_rejects_calls(self, adapter: RedisNotifyAdapter) -> None:
         await adapter.close()
+        with pytest.raises(AdapterClosedError):
+            await adapter.publish_job_scheduled("t")
+
+
+class TestClose:
+    """close() leaves no connection behind, whatever was in flight when it was called."""
+
+    async def _connections(self, redis: Redis, prefix: str) -> list[str]:
+        clients = await redis.client_list()
+        return sorted(c["name"] for c in clients if c["name"].startswith(f"jobchain:{prefix}:"))
+
+    async def test_calls_in_flight_finish_and_no_connection_outlives_close(
+        self, redis_url: str, redis: Redis, unique_prefix: str
+    ) -> None:
+        # Many callers share the one command connection, so most of these wait for it when
+        # close() runs. Before the fix, close() released the connection under them and the next
+        # waiter opened a fresh one on the closed client: a connection nobody closed, reported
+        # later as "Unclosed Redis client" when the garbage collector found it.
+        options = RedisNotifyOptions(prefix=unique_prefix)
+        adapter = await RedisNotifyAdapter.connect(redis_url, options=options)
+        await adapter.listen_job_scheduled(["t"], lambda _: None)
+        calls: list[asyncio.Task[Any]] = []
+        for i in range(20):
+            calls.append(asyncio.create_task(adapter.provide_wake_hint("t", 1)))
+            calls.append(asyncio.create_task(adapter.publish_job_scheduled("t")))
+            calls.append(asyncio.create_task(adapter.consume_wake_hint("t")))
+            calls.append(asyncio.create_task(adapter.publish_chains_completed([f"c{i}", f"d{i}"])))
+        await asyncio.sleep(0)  # every call is past its open check and waits for the connection
+        await adapter.close()
+        assert all(call.done() for call in calls), "close() returned before the calls it accepted"
+        failures = [call.exception() for call in calls if call.exception() is not None]
+        assert failures == []
+        prefix = unique_prefix
+
+        async def no_connection_left() -> bool:
+            return await self._connections(redis, prefix) == []
+
+        await eventually(no_connection_left)
+
+    async def test_close_cancelled_while_waiting_still_closes_the_connections(
+        self, redis_url: str, redis: Redis, unique_prefix: str
+    ) -> None:
+        options = RedisNotifyOptions(prefix=unique_prefix)
+        adapter = await RedisNotifyAdapter.connect(redis_url, options=options)
+        await adapter.listen_job_scheduled(["t"], lambda _: None)
+        calls = [asyncio.create_task(adapter.publish_job_scheduled("t")) for _ in range(20)]
+        await asyncio.sleep(0)
+        closing = asyncio.create_task(adapter.close())
+        await asyncio.sleep(0)
+        closing.cancel()
+        await asyncio.gather(closing, *calls, return_exceptions=True)
+        prefix = unique_prefix
+
+        async def no_connection_left() -> bool:
+            return await self._connections(redis, prefix) == []
+
+        await eventually(no_connection_left)
         with pytest.raises(AdapterClosedError):
             await adapter.publish_job_scheduled("t")
 

@@ -18,6 +18,7 @@ subscription connection reconnects and resubscribes by itself.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 from collections.abc import Sequence
 from datetime import timedelta
@@ -92,6 +93,13 @@ class RedisNotifyAdapter:
         self._consume: AsyncScript = commands.register_script(load_script(WAKE_HINT_CONSUME))
         self._lock = asyncio.Lock()
         self._closed = False
+        # Calls using the command client right now. close() waits for them: releasing the single
+        # connection under a call lets redis-py open a fresh one on the closed client for the
+        # next waiter, a connection nobody closes ("Unclosed Redis client" at garbage collection).
+        self._inflight = 0
+        self._idle = asyncio.Event()
+        self._idle.set()
+        self._commands_closed = False
 
     @classmethod
     async def connect(
@@ -201,6 +209,7 @@ class RedisNotifyAdapter:
         payloads = [check_payload("chain id", chain_id) for chain_id in chain_ids]
         if not payloads or self._commands_outage.should_skip():
             return
+        self._enter()
         try:
             async with self._commands.pipeline(transaction=False) as pipe:
                 for payload in payloads:
@@ -210,6 +219,8 @@ class RedisNotifyAdapter:
             self._commands_outage.failed(exc)
         else:
             self._commands_outage.recovered()
+        finally:
+            await self._leave()
 
     async def publish_job_ownership_lost(self, job_id: str) -> None:
         await self._publish(self.options.channel_ownership_lost, check_payload("job id", job_id))
@@ -218,12 +229,15 @@ class RedisNotifyAdapter:
         self._check_open()
         if self._commands_outage.should_skip():
             return
+        self._enter()
         try:
             await self._commands.publish(channel, payload)
         except BROKER_ERRORS as exc:
             self._commands_outage.failed(exc)
         else:
             self._commands_outage.recovered()
+        finally:
+            await self._leave()
 
     # -- listen ----------------------------------------------------------------------------
 
@@ -281,12 +295,15 @@ class RedisNotifyAdapter:
         if count == 0 or self._commands_outage.should_skip():
             return
         ttl = int(self.options.hint_ttl / timedelta(seconds=1))
+        self._enter()
         try:
             await self._provide(keys=[key], args=[count, ttl])
         except BROKER_ERRORS as exc:
             self._commands_outage.failed(exc)
         else:
             self._commands_outage.recovered()
+        finally:
+            await self._leave()
 
     async def consume_wake_hint(self, type_name: str) -> bool:
         """Claim one wake slot: True on a claim, when no budget is tracked, or while Redis is down."""
@@ -294,32 +311,64 @@ class RedisNotifyAdapter:
         key = self.options.hint_key(check_payload("type name", type_name))
         if self._commands_outage.should_skip():
             return True
+        self._enter()
         try:
             claimed = await self._consume(keys=[key])
         except BROKER_ERRORS as exc:
             self._commands_outage.failed(exc)
             return True
+        finally:
+            await self._leave()
         self._commands_outage.recovered()
         return bool(int(claimed))
 
     # -- lifecycle -------------------------------------------------------------------------
 
     async def close(self) -> None:
-        """Tear down the shared subscriptions and connections; idempotent."""
+        """Tear down the shared subscriptions and connections; idempotent.
+
+        Calls already accepted finish first (close waits up to ``connect_timeout`` plus
+        ``command_timeout`` for them); one still running after that closes the command
+        connection itself when it ends. The connections are closed even if this is cancelled.
+        """
         async with self._lock:
             if self._closed:
                 return
             self._closed = True
             for fanout in self._fanouts.values():
                 fanout.clear()
-        await self._subscriber.close()
-        await self._subscriptions.aclose()
-        if self._owns_commands:
-            await self._commands.aclose()
+        try:
+            await self._subscriber.close()
+            bound = (self.options.connect_timeout + self.options.command_timeout).total_seconds()
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._idle.wait(), bound)
+        finally:
+            try:
+                await self._subscriptions.aclose()
+            finally:
+                self._commands_closed = True
+                await self._close_commands()
 
     def _check_open(self) -> None:
         if self._closed:
             raise AdapterClosedError("the Redis notify adapter is closed; open a new one")
+
+    def _enter(self) -> None:
+        self._inflight += 1
+        self._idle.clear()
+
+    async def _leave(self) -> None:
+        self._inflight -= 1
+        if self._inflight == 0:
+            self._idle.set()
+            if self._commands_closed:
+                # close() stopped waiting for this call; redis-py may have opened a new
+                # connection for it on the closed client: the last call out closes it.
+                await self._close_commands()
+
+    async def _close_commands(self) -> None:
+        if self._owns_commands:
+            await self._commands.aclose()
 
 
 class _Unsubscriber:
