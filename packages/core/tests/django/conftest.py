@@ -2,10 +2,12 @@
 
 Django's settings can be configured once per process, so this conftest does it at import,
 before the test modules import models: alias ``default`` is SQLite in a per-run temp file,
-alias ``pg`` a per-run PostgreSQL database (``jc_django_<run id>``, created by the
-``pg_database`` fixture, dropped at the end). The environment variables that carry these
-names are inherited by the ``manage.py jobchain_worker`` subprocesses, so they use the same
-databases. PostgreSQL missing: its tests skip, and fail under ``CI=true``.
+alias ``pg`` a per-run schema (``jc_django_<run id>``) in the shared PostgreSQL test
+database, created by the ``pg_database`` fixture and dropped with ``DROP SCHEMA … CASCADE`` at
+the end (a schema, not a database: creating and force-dropping a whole database per run was
+slow on a loaded shared server, and a teardown once timed out). The environment variables
+that carry these names are inherited by the ``manage.py jobchain_worker`` subprocesses, so
+they use the same tables. PostgreSQL missing: its tests skip, and fail under ``CI=true``.
 """
 
 from __future__ import annotations
@@ -31,7 +33,7 @@ atexit.register(shutil.rmtree, TMP, ignore_errors=True)
 if str(HERE) not in sys.path:
     sys.path.insert(0, str(HERE))  # djproject and djshop import as top-level packages
 os.environ["JOBCHAIN_DJANGO_SQLITE"] = str(TMP / "default.sqlite3")
-os.environ["JOBCHAIN_DJANGO_PG_NAME"] = f"jc_django_{RUN}"
+os.environ["JOBCHAIN_DJANGO_PG_SCHEMA"] = f"jc_django_{RUN}"
 os.environ["DJANGO_SETTINGS_MODULE"] = "djproject.settings"
 
 try:
@@ -83,17 +85,19 @@ def sqlite_database() -> Iterator[str]:
 
 @pytest.fixture(scope="session")
 def pg_database(postgres_server: str) -> Iterator[str]:
-    """Alias ``pg``: a per-run PostgreSQL database with the app's and jobchain's tables."""
+    """Alias ``pg``: a per-run schema of the shared test database with the app's and jobchain's tables."""
     import psycopg
+    from django.conf import settings
     from psycopg import sql
 
     from jobchain.url import BackendURL
     from jobchain_postgres.options import target
 
     admin = target(BackendURL.parse(postgres_server), 5).conninfo
-    name = os.environ["JOBCHAIN_DJANGO_PG_NAME"]
+    schema = sql.Identifier(os.environ["JOBCHAIN_DJANGO_PG_SCHEMA"])
+    ours = settings.DATABASES["pg"]["OPTIONS"]["application_name"]
     with psycopg.connect(admin, autocommit=True) as conn:
-        conn.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name)))
+        conn.execute(sql.SQL("CREATE SCHEMA {}").format(schema))
     try:
         _migrate("pg")
         yield "pg"
@@ -105,7 +109,14 @@ def pg_database(postgres_server: str) -> Iterator[str]:
         close_clients()
         connections.close_all()
         with psycopg.connect(admin, autocommit=True) as conn:
-            conn.execute(sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(name)))
+            # A session of this run still open (a worker subprocess a failed test left behind)
+            # could hold a lock the drop waits for: end them first, by their per-run name.
+            conn.execute(
+                "SELECT pg_terminate_backend(pid) FROM pg_stat_activity"
+                " WHERE application_name = %s AND pid <> pg_backend_pid()",
+                [ours],
+            )
+            conn.execute(sql.SQL("DROP SCHEMA IF EXISTS {} CASCADE").format(schema))
 
 
 @pytest.fixture(params=["default", "pg"])

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import os
 import subprocess
 import sys
 from typing import Any
@@ -14,8 +15,9 @@ from django.test import override_settings
 from djsupport import worker_env
 
 from jobchain.contrib.django.conf import check_settings, load_settings
-from jobchain.contrib.django.databases import state_url_for
+from jobchain.contrib.django.databases import _search_path_schema, state_url_for
 from jobchain.contrib.django.worker import run_worker
+from jobchain.url import BackendURL
 
 GOOD: dict[str, Any] = {"JOB_TYPES": "djshop.jobs:registry", "PROCESSORS": "djshop.jobs:processors"}
 
@@ -163,6 +165,34 @@ def test_the_state_url_of_a_postgresql_alias_carries_its_settings() -> None:
     assert f"/{pg['NAME']}?" in url
     assert "application_name=jobchain-django-tests" in url
     assert "table_prefix=jc_" in url
+
+
+def test_a_postgresql_alias_with_a_search_path_keeps_jobchains_tables_in_that_schema() -> None:
+    schema = os.environ["JOBCHAIN_DJANGO_PG_SCHEMA"]
+    with override_settings(JOBCHAIN=GOOD):
+        query = BackendURL.parse(state_url_for("pg", load_settings())).query
+    assert query["schema"] == schema
+    assert query["options"] == f"-c search_path={schema}"  # jobchain's sessions see the same path
+    with override_settings(JOBCHAIN={**GOOD, "STATE_OPTIONS": {"schema": "elsewhere"}}):
+        query = BackendURL.parse(state_url_for("pg", load_settings())).query
+    assert query["schema"] == "elsewhere"  # an explicit STATE_OPTIONS schema wins
+
+
+@pytest.mark.parametrize(
+    ("options", "schema"),
+    [
+        ("-c search_path=jobs", "jobs"),
+        ("-c search_path=Jobs,public", "jobs"),  # unquoted names fold to lower case
+        ('-c search_path="Jobs",public', "Jobs"),
+        ("-csearch_path=jobs -c statement_timeout=5s", "jobs"),
+        ("--search_path=jobs", "jobs"),
+        ("-c statement_timeout=5s", None),
+        ("-c search_path=$user,public", None),  # per user: no one schema to name
+        ("", None),
+    ],
+)
+def test_the_schema_is_the_first_of_the_search_path(options: str, schema: str | None) -> None:
+    assert _search_path_schema(options) == schema
 
 
 def test_bad_settings_fail_at_startup_naming_the_key() -> None:

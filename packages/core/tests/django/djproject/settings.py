@@ -4,7 +4,9 @@
 inherit them, so a test and the worker it spawns see the same databases:
 
 * ``JOBCHAIN_DJANGO_SQLITE`` — the SQLite file of alias ``default`` (a per-run temp file);
-* ``JOBCHAIN_DJANGO_PG_NAME`` — the per-run PostgreSQL database of alias ``pg``;
+* ``JOBCHAIN_DJANGO_PG_SCHEMA`` — the per-run schema of alias ``pg`` in the shared test
+  database: Django's tables go there through ``search_path``, and jobchain's too (the state
+  URL derived from the alias takes its schema from that ``search_path``);
 * ``JOBCHAIN_DJANGO_DATABASE`` — the alias the worker and ``jobchain_migrate`` use;
 * ``JOBCHAIN_DJANGO_BROKEN`` — set: a JOBCHAIN setting with a bad key (start-up test).
 """
@@ -25,6 +27,7 @@ DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 _pg = BackendURL.parse(
     os.environ.get("JOBCHAIN_TEST_POSTGRES_URL", "").strip() or "postgresql://postgres@127.0.0.1:5432/test"
 )
+_pg_schema = os.environ.get("JOBCHAIN_DJANGO_PG_SCHEMA", "jc_django")
 
 DATABASES = {
     "default": {
@@ -36,12 +39,16 @@ DATABASES = {
     },
     "pg": {
         "ENGINE": "django.db.backends.postgresql",
-        "NAME": os.environ.get("JOBCHAIN_DJANGO_PG_NAME", "test"),
+        "NAME": _pg.database or "test",
         "USER": _pg.username or "",
         "PASSWORD": _pg.password or "",
         "HOST": _pg.host or "",
         "PORT": str(_pg.port or ""),
-        "OPTIONS": {"application_name": "jobchain-django-tests"},
+        "OPTIONS": {
+            # Per run: the teardown ends this run's leftover sessions by this name.
+            "application_name": f"jobchain-django-tests-{_pg_schema}",
+            "options": f"-c search_path={_pg_schema}",
+        },
     },
     # Aliases jobchain must refuse (tests of ImproperlyConfigured; never connected to).
     "memory": {"ENGINE": "django.db.backends.sqlite3", "NAME": ":memory:"},

@@ -5,11 +5,16 @@ the worker and jobchain's own transactions (reads, ``await_chain``, migrations) 
 connections from the URL derived here, so both must name the same database. Django's
 backend vendor maps onto a jobchain URL scheme: ``postgresql`` (psycopg 3) and ``sqlite``
 (a file; an in-memory database is invisible to the worker, so it is refused).
+
+A PostgreSQL alias whose ``OPTIONS['options']`` sets ``-c search_path=<schema>,…`` keeps
+jobchain's tables in that first schema too (``schema=<schema>`` in the derived URL), unless
+``JOBCHAIN['STATE_OPTIONS']`` names another.
 """
 
 from __future__ import annotations
 
 import os
+import re
 from collections.abc import Mapping
 from typing import Any
 
@@ -29,6 +34,9 @@ DJANGO_ONLY_OPTIONS = frozenset(
     }
 )
 """Keys of ``DATABASES[alias]['OPTIONS']`` that Django consumes itself (not libpq parameters)."""
+
+_SEARCH_PATH = re.compile(r"(?:^|\s)(?:-c\s*|--)search_path=([^\s,]+)")
+_UNQUOTED = re.compile(r"[A-Za-z_][A-Za-z0-9_$]*")
 
 
 def state_url_for(alias: str, config: JobchainSettings) -> str:
@@ -61,6 +69,9 @@ def _postgresql(settings_dict: Mapping[str, Any], options: Mapping[str, str]) ->
         query["host"] = host  # a Unix socket directory is a libpq parameter, not a URL host
         host = None
     port = settings_dict.get("PORT") or None
+    schema = _search_path_schema(query.get("options", ""))
+    if schema is not None:
+        query["schema"] = schema  # Django's tables are there: jobchain's go beside them
     query.update(options)
     return BackendURL(
         scheme="postgresql",
@@ -71,6 +82,17 @@ def _postgresql(settings_dict: Mapping[str, Any], options: Mapping[str, str]) ->
         database=settings_dict.get("NAME") or None,
         query=query,
     )
+
+
+def _search_path_schema(libpq_options: str) -> str | None:
+    """The first schema of a ``-c search_path=…`` in libpq ``options`` (None: none set, or ``$user``)."""
+    found = _SEARCH_PATH.search(libpq_options)
+    if found is None:
+        return None
+    first = found.group(1)
+    if len(first) > 2 and first[0] == first[-1] == '"':
+        return first[1:-1]  # quoted: PostgreSQL keeps the case
+    return first.lower() if _UNQUOTED.fullmatch(first) else None  # unquoted names fold to lower case
 
 
 def _sqlite(settings_dict: Mapping[str, Any], options: Mapping[str, str], where: str) -> BackendURL:
