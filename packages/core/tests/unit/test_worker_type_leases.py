@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 from typing import Any, TypeVar
 
 import pytest
@@ -46,8 +46,8 @@ async def wait_until(probe: Callable[[], Awaitable[T | None]], what: str) -> T:
 class ClaimRecordingState(MemoryStateAdapter):
     """Records every claim's params and every lease renewal's job id."""
 
-    def __init__(self) -> None:
-        super().__init__()
+    def __init__(self, clock: Callable[[], datetime] | None = None) -> None:
+        super().__init__(clock)
         self.claims: list[JobsAcquire] = []
         self.renewed: list[str] = []
 
@@ -134,20 +134,27 @@ async def _never(attempt: Attempt[int, int]) -> Completed:
 
 async def test_a_buffered_job_is_renewed_after_half_its_own_types_lease() -> None:
     """The staleness check uses the job's type: a short-lease job renews, a long-lease one does not."""
-    # Half the lease must pass while the job waits in the buffer, and the rest must not: with
-    # 300 ms the remaining 150 ms were once too short on a busy machine (the lease ran out).
-    quick = LeaseConfig(duration=timedelta(seconds=3), renew_every=timedelta(seconds=1))
+    # The worker measures how long a job waited in the buffer on its event loop's clock; the
+    # state's lease expiry runs on the state's clock, which stands still here (moved by hand
+    # only to order the jobs). So "half the brief lease has passed" is a wait for at least
+    # that much loop time, and a busy machine cannot make the lease run out before the job
+    # starts: nothing here depends on being fast enough.
+    quick = LeaseConfig(duration=timedelta(seconds=1), renew_every=timedelta(milliseconds=500))
     local = JobTypes()
     first = local.define("buf.first", input=int, output=int, entry=True)
     brief = local.define("buf.brief", input=int, output=int, entry=True, lease=quick)
     slow = local.define("buf.slow", input=int, output=int, entry=True)
-    state = ClaimRecordingState()
+    moments = [datetime.now(UTC)]
+    state = ClaimRecordingState(clock=lambda: moments[-1])
     client = Client(state, MemoryNotifyAdapter(), local)
     release = asyncio.Event()
     ran: list[Job] = []
+    renewed_before_start: dict[str, bool] = {}
 
     async def handler(attempt: Attempt[int, int]) -> Completed:
         ran.append(attempt.job)
+        # A renewal before the handler runs is the buffer's (renew_first), never the timer's.
+        renewed_before_start[attempt.job.type_name] = attempt.job.id in state.renewed
         if attempt.job.type_name == "buf.first":
             await release.wait()
         return await attempt.complete(attempt.input)
@@ -157,35 +164,38 @@ async def test_a_buffered_job_is_renewed_after_half_its_own_types_lease() -> Non
         procs.register(job_type, handler)
     async with client.transaction() as tx:
         blocker = await client.start_chain(tx, first, 0)
+    moments.append(moments[-1] + timedelta(milliseconds=1))  # created after the blocker: claimed after it
     async with client.transaction() as tx:
         waiting = [await client.start_chain(tx, job_type, 1) for job_type in (brief, slow)]
+    loop = asyncio.get_running_loop()
     async with Worker(client, procs, concurrency=1, prefetch=2):
-        await wait_until(_async(lambda: ran), "the first job to occupy the only slot")
-        # Both other jobs sit in the buffer; wait until the brief one's half lease has passed.
-        claimed = {job.id: job for job in await _running(client)}
-        claimed_at = claimed[waiting[0].id].attempt_started_at
-        assert claimed_at is not None
+        try:
+            await wait_until(_async(lambda: ran), "the first job to occupy the only slot")
 
-        async def past_half_lease() -> bool:
-            return await _db_now(state) > claimed_at + quick.duration / 2
+            async def all_claimed() -> bool:
+                running = {job.id for job in await _running(client)}
+                return {blocker.id, *(s.id for s in waiting)} <= running
 
-        await wait_until(past_half_lease, "half the brief lease to pass")
-        release.set()
+            # Both other jobs sit in the buffer, claimed (running) before this moment.
+            await wait_until(all_claimed, "the worker to claim the two others into its buffer")
+            assert [job.type_name for job in ran] == ["buf.first"]
+            seen_claimed = loop.time()
+            half = quick.duration.total_seconds() / 2
+            await wait_until(_async(lambda: loop.time() > seen_claimed + half + 0.05), "half the brief lease")
+        finally:
+            release.set()
         await asyncio.gather(
             *(client.await_chain(s.id, timeout=BOUND, poll_interval=0.05) for s in [blocker, *waiting])
         )
 
-    assert waiting[0].id in state.renewed, "the brief job started on a lease that was half gone"
+    assert renewed_before_start["buf.brief"], "the brief job started on a lease that was half gone"
+    assert not renewed_before_start["buf.slow"], "the slow job (60 s lease) was renewed needlessly"
     assert waiting[1].id not in state.renewed, "the slow job (60 s lease) was renewed needlessly"
 
 
 async def _running(client: Client) -> list[Job]:
     page = await client.list_jobs(statuses=["running"], limit=10)
     return page.items
-
-
-async def _db_now(state: MemoryStateAdapter) -> datetime:
-    return state._now(None)
 
 
 def _async(check: Callable[[], object]) -> Callable[[], Awaitable[object]]:
