@@ -6,7 +6,6 @@ layout with fewer indexes (EXPLAIN, never timings)."""
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import re
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -33,6 +32,7 @@ from jobchain_postgres.queries import Queries, migration, migration_names
 
 from .conftest import conninfo, open_state
 from .test_migrations import ledger
+from .test_statements import until_lock_wait
 
 NOW = datetime(2030, 1, 1, tzinfo=UTC)
 LEASE = timedelta(seconds=30)
@@ -194,16 +194,11 @@ async def test_a_continuation_waits_for_a_deletion_of_its_chain_in_flight_then_i
         assert (await tx.jobs_list(JobsList())).items == []
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="known gap since 0009 (issue 21): chains_delete decides on its snapshot, so a continuation "
-    "committed while it waits for the chain's row locks is left without its root; the foreign key "
-    "used to refuse that deletion. Fix: lock the roots (FOR UPDATE) in a statement sent before "
-    "chains_delete, as chains_cancel_lock does for cancels.",
-)
 async def test_a_deletion_waiting_for_a_completion_that_continues_the_chain_leaves_no_orphan(
-    pg_state: PostgresStateAdapter,
+    pg_state: PostgresStateAdapter, postgres_url: str
 ) -> None:
+    # 0009 dropped the self-referencing foreign key that refused this deletion; chains_delete_lock
+    # now makes the deletion wait for the completion and then see (and delete) its continuation.
     root = _new()
     async with pg_state.transaction() as tx:
         await tx.jobs_create(JobsCreate(jobs=[root], now=NOW))
@@ -219,19 +214,22 @@ async def test_a_deletion_waiting_for_a_completion_that_continues_the_chain_leav
             )
         )
 
+        pid: asyncio.Future[int] = asyncio.get_running_loop().create_future()
+
         async def delete() -> None:
             async with pg_state.transaction() as tx:
+                pid.set_result(tx.connection.info.backend_pid)
                 await tx.chains_delete(ChainsDelete(chain_ids=[root.id]))
 
         deleting = asyncio.create_task(delete())
-        await asyncio.sleep(0.3)  # let it reach the row locks (asserted: it is still waiting)
-        assert not deleting.done()
-    with contextlib.suppress(ChainNotFoundError):
-        await asyncio.wait_for(deleting, 10)
+        await until_lock_wait(
+            postgres_url, await pid, deleting, "the deletion never waited for the completion"
+        )
+    await asyncio.wait_for(deleting, 30)
     async with pg_state.transaction(read_only=True) as tx:
         left = (await tx.jobs_list(JobsList())).items
-    # Either the whole chain is gone or all of it is left: never a continuation without its root.
-    assert sorted(j.chain_index for j in left) in ([], [0, 1]), left
+    # The deletion saw the continuation committed while it waited: the whole chain is gone.
+    assert [j for j in left if j.chain_id == root.id] == [], left
 
 
 # ---------------------------------------------------------------- plans on the new layout

@@ -139,6 +139,14 @@ async def test_deleting_a_chain_finds_its_key_row_by_primary_key(seeded: Postgre
     assert "jobchain_ordering_key_pkey" in text
 
 
+async def test_locking_the_roots_to_delete_reads_them_by_key(seeded: PostgresStateAdapter) -> None:
+    q = Queries(seeded.options.schema, "jobchain_")
+    text = await plan(seeded, q.chains_delete_lock, {"chain_ids": [new_id()], "cascade": True})
+    assert "jobchain_job_pkey" in text
+    assert "jobchain_job_chain_index_idx" in text
+    assert "Seq Scan on jobchain_job " not in text, text
+
+
 async def key_rows(url: str, schema: str) -> dict[str, str]:
     query = sql.SQL("SELECT key, last_chain_id::text FROM {}").format(
         sql.Identifier(schema, "jobchain_ordering_key")

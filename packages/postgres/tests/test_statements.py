@@ -131,6 +131,7 @@ def round_trips(sent: list[str]) -> list[list[str]]:
 PIPELINED = {
     "job_fail": ["job_fail_lock", "job_fail", "jobs_propagate"],
     "chains_cancel": ["chains_cancel_lock", "chains_cancel", "jobs_propagate"],
+    "chains_delete": ["chains_delete_lock", "chains_delete"],
     "queue_stats": ["jit_off", "queue_stats", "jit_restore"],
 }
 """Operations that send several statements in one pipeline (one round trip)."""

@@ -768,8 +768,11 @@ class PostgresStateTx(
         self._check(write=True)
         if not requested:
             return ChainsDeleted(chains=[])
-        shape, rows = await self._rows(
-            self._q.chains_delete, {"chain_ids": requested, "cascade": bool(params.cascade)}, write=True
+        query_params = {"chain_ids": requested, "cascade": bool(params.cascade)}
+        # The roots first: the self-referencing foreign key that refused deleting a chain a
+        # concurrent completion was continuing is gone (0009), so the deletion must see that job.
+        shape, rows = await self._rows_after_lock(
+            self._q.chains_delete_lock, query_params, self._q.chains_delete, query_params
         )
         position = {chain_id: index for index, chain_id in enumerate(requested)}
         last = len(requested)
