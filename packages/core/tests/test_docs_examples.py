@@ -32,6 +32,8 @@ TIMEOUT = 90.0
 FENCE = re.compile(r"^```python[^\n]*\n(.*?)^```[ \t]*$", re.MULTILINE | re.DOTALL)
 FILE_MARKER = re.compile(r"#\s*file:\s*([A-Za-z0-9_./-]+\.py)\s*$")
 LINK = re.compile(r"\]\(([^)#\s]+\.md)(?:#[^)]*)?\)")
+ANCHOR_LINK = re.compile(r"\]\(([^)#\s]*\.md)?#([^)\s]+)\)")
+HEADING = re.compile(r"^#{1,6} (.*)$")
 
 REQUIRED_PAGES = (
     "index.md",
@@ -200,3 +202,35 @@ def test_relative_links_between_pages_resolve() -> None:
         if "://" not in target and not (path.parent / target).resolve().is_file()
     ]
     assert broken == []
+
+
+def heading_anchors(path: Path) -> set[str]:
+    """The anchors GitHub gives the headings of ``path`` (a repeated one gets ``-1``, ``-2``…)."""
+    anchors: set[str] = set()
+    seen: dict[str, int] = {}
+    fenced = False
+    for line in path.read_text(encoding="utf-8").splitlines():
+        if line.startswith("```"):
+            fenced = not fenced
+        elif not fenced and (match := HEADING.match(line)):
+            slug = re.sub(r"[^\w\- ]", "", match.group(1).strip().lower()).replace(" ", "-")
+            count = seen.get(slug, 0)
+            seen[slug] = count + 1
+            anchors.add(slug if count == 0 else f"{slug}-{count}")
+    return anchors
+
+
+def test_links_to_a_section_name_a_heading_that_exists() -> None:
+    broken = []
+    for path in sources():
+        for target, anchor in ANCHOR_LINK.findall(path.read_text(encoding="utf-8")):
+            page = (path.parent / target).resolve() if target else path
+            if page.is_file() and anchor not in heading_anchors(page):
+                broken.append(f"{path.relative_to(REPO)} -> {target}#{anchor}")
+    assert broken == []
+
+
+def test_a_heading_anchor_is_what_github_makes_of_it(tmp_path: Path) -> None:
+    page = tmp_path / "page.md"
+    page.write_text("# The hot path (migration `0009_hot_path`)\n```\n# not a heading\n```\n## Run\n## Run\n")
+    assert heading_anchors(page) == {"the-hot-path-migration-0009_hot_path", "run", "run-1"}

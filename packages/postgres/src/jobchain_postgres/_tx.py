@@ -219,6 +219,8 @@ class PostgresStateTx(
         ``transaction()`` block is then a savepoint inside this transaction and an explicit
         commit there is refused, instead of committing half of it.
         """
+        # psycopg's private _autocommit and _num_transactions (hence psycopg < 3.4 in
+        # pyproject.toml); test_start_round_trips fails if their meaning changes.
         conn = self._conn
         self._pending = None
         self._manual = True
@@ -564,6 +566,8 @@ class PostgresStateTx(
         and wait, then the pipeline's own Sync would wait again. ``query`` stays a prepared
         statement. BEGIN goes through a plain cursor: it is the transaction's own statement.
         """
+        # psycopg's private _autocommit and _num_transactions (hence psycopg < 3.4 in
+        # pyproject.toml); test_start_round_trips fails if their meaning changes.
         conn = self._conn
         self._pending = None
         self._manual = True
