@@ -268,6 +268,7 @@ def _listing_params(**given: Any) -> dict[str, Any]:
             "chain_ids",
             "job_ids",
             "statuses",
+            "rare_status",
             "error_types",
             "leased_by",
             "created_from",
@@ -311,13 +312,16 @@ LISTINGS: dict[str, tuple[str, dict[str, Any]]] = {
     "chains-created": ("chains_list", {"created_from": NOW - timedelta(days=1), "created_to": NOW}),
     "chains-after": ("chains_list", {"after_at": NOW, "after_id": new_id()}),
     "jobs-all": ("jobs_list", {}),
-    "jobs-failed": ("jobs_list", {"statuses": ["failed"]}),
-    "jobs-blocked": ("jobs_list", {"statuses": ["blocked"]}),
+    "jobs-failed": ("jobs_list", {"statuses": ["failed"], "rare_status": "failed"}),
+    "jobs-blocked": ("jobs_list", {"statuses": ["blocked"], "rare_status": "blocked"}),
     "jobs-pending": ("jobs_list", {"statuses": ["pending"]}),
     "jobs-completed": ("jobs_list", {"statuses": ["completed"]}),
     "jobs-by-type": ("jobs_list", {"type_names": ["rare"]}),
     "jobs-by-chain-type": ("jobs_list", {"chain_type_names": ["type2"]}),
-    "jobs-error-type": ("jobs_list", {"statuses": ["failed"], "error_types": ["Error"]}),
+    "jobs-error-type": (
+        "jobs_list",
+        {"statuses": ["failed"], "rare_status": "failed", "error_types": ["Error"]},
+    ),
     "jobs-leased-by": ("jobs_list", {"leased_by": ["w"]}),
 }
 
@@ -333,6 +337,10 @@ async def test_every_listing_keeps_an_index_served_plan(
     _index_served(text)
     if case == "chains-by-type":
         assert "jobchain_job_listing_type_name_idx" in text, text
+    if case in ("jobs-failed", "jobs-blocked", "jobs-error-type"):
+        # Dead letters: the failed jobs in listing order, not a walk of every job.
+        assert "jobchain_job_listing_status_idx" in text, text
+        assert "Sort" not in text, text
 
 
 @pytest.mark.parametrize("order", ["asc", "desc"])

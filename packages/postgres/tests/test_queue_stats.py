@@ -143,6 +143,7 @@ async def test_leased_by_reads_the_status_index(seeded: PostgresStateAdapter) ->
         "chain_ids": None,
         "job_ids": None,
         "statuses": None,
+        "rare_status": None,
         "error_types": None,
         "leased_by": ["w"],
         "created_from": None,

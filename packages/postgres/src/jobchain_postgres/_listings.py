@@ -68,6 +68,16 @@ def _page(
     return Page(items=items, next_cursor=encode_cursor(params, sort_value, item_id))
 
 
+RARE_STATUSES = frozenset({"blocked", "running", "failed", "cancelled"})
+"""The statuses job_listing_status_idx holds (pending and completed jobs are plentiful)."""
+
+
+def _rare_status(statuses: Sequence[str]) -> str | None:
+    """The one rare status a listing asks for, which the partial status index serves; else None."""
+    unique = set(statuses)
+    return unique.pop() if len(unique) == 1 and unique <= RARE_STATUSES else None
+
+
 def _created_key(job: Job) -> tuple[str, str]:
     return _time_value(job.created_at), job.id
 
@@ -109,6 +119,7 @@ class ListingsMixin:
 
     async def jobs_list(self, params: JobsList) -> Page[Job]:
         after_at, after_id = _time_position(params)
+        statuses = [str(s) for s in params.statuses]
         shape, rows = await self._rows(
             self._q.listing("jobs_list", params.order),
             {
@@ -116,7 +127,8 @@ class ListingsMixin:
                 "chain_type_names": _filter(params.chain_type_names),
                 "chain_ids": _id_filter(params.chain_ids),
                 "job_ids": _id_filter(params.job_ids),
-                "statuses": _filter([str(s) for s in params.statuses]),
+                "statuses": _filter(statuses),
+                "rare_status": _rare_status(statuses),
                 "error_types": _filter(params.error_types),
                 "leased_by": _filter(params.leased_by),
                 "created_from": _aware("created_from", params.created_from),
