@@ -188,6 +188,51 @@ async def test_prune_scans_old_finished_jobs_through_the_status_index(seeded: Po
     assert "jobchain_job_listing_status_idx" in await plan(seeded, q.chains_prune, params)
 
 
+def _rows_read(node: dict[str, Any], table: str) -> int:
+    """Rows the scans of ``table`` in a plan tree returned (EXPLAIN ANALYZE, FORMAT JSON)."""
+    scan = node.get("Relation Name") == table and "Scan" in node["Node Type"]
+    own = node["Actual Rows"] * node["Actual Loops"] if scan else 0
+    return own + sum(_rows_read(child, table) for child in node.get("Plans", []))
+
+
+async def test_a_prune_batch_reads_about_its_limit_however_many_chains_are_old_enough(
+    pg_state: PostgresStateAdapter,
+) -> None:
+    # Retention switched on over a long history (or fallen behind): 1,000 chains qualify. Each
+    # batch reading all of them made catching up quadratic (the soak of 2026-11-27).
+    old = [_new("history") for _ in range(1000)] + [_new("other") for _ in range(20)]
+    async with pg_state.transaction() as tx:
+        await tx.jobs_create(JobsCreate(jobs=old, now=NOW))
+        for n, job in enumerate(old):
+            await tx.job_complete(JobComplete(job_id=job.id, now=NOW + timedelta(milliseconds=n)))
+        await tx.connection.execute(
+            sql.SQL("ANALYZE {}").format(sql.Identifier(pg_state.options.schema, "jobchain_job"))
+        )
+    q = Queries(pg_state.options.schema, "jobchain_")
+    params = {
+        "key": "k",
+        "completed_before": NOW + timedelta(days=1),
+        "failed_before": NOW + timedelta(days=1),
+        "cancelled_before": NOW + timedelta(days=1),
+        "locks_before": None,
+        "limit": 10,
+    }
+    async with pg_state.transaction() as tx:
+        cursor = tx.connection.cursor()
+        await cursor.execute(b"EXPLAIN (ANALYZE, FORMAT JSON) " + q.chains_prune, params, prepare=False)
+        row = await cursor.fetchone()
+    assert row is not None
+    tree = row[0][0]["Plan"]
+    # Each type's range is read in order up to the limit, never every qualifying job: what the
+    # scans of the job table return stays a small multiple of the limit (10), not 1,000.
+    read = _rows_read(tree, "jobchain_job")
+    assert 10 <= read <= 100
+    async with pg_state.transaction(read_only=True) as tx:
+        kept = [await tx.job_get(JobGet(job_id=job.id)) is not None for job in old[:11]]
+    # The ten oldest went (the first ten history chains, finished first).
+    assert kept == [False] * 10 + [True]
+
+
 async def test_an_id_that_is_no_uuid_refuses_a_whole_cancel_or_retry(pg_state: PostgresStateAdapter) -> None:
     open_job, failed_job = _new(), _new()
     async with pg_state.transaction() as tx:

@@ -133,6 +133,7 @@ PIPELINED = {
     "chains_cancel": ["chains_cancel_lock", "chains_cancel", "jobs_propagate"],
     "chains_delete": ["chains_delete_lock", "chains_delete"],
     "queue_stats": ["jit_off", "queue_stats", "jit_restore"],
+    "chains_prune": ["jit_off", "chains_prune", "jit_restore"],
 }
 """Operations that send several statements in one pipeline (one round trip)."""
 

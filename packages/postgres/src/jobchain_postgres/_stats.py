@@ -21,10 +21,8 @@ from jobchain.stats import (
     TypeStats,
     WindowCounts,
 )
-from jobchain_postgres._results import check_now, shape_of
-from jobchain_postgres.errors import translated
-from jobchain_postgres.providers import AnyConnection
-from jobchain_postgres.queries import Queries, plain
+from jobchain_postgres._results import check_now
+from jobchain_postgres.queries import Queries
 from jobchain_postgres.rows import Row, Shape, utc, utc_or_none
 
 __all__ = ["StatsMixin", "bucket_starts"]
@@ -99,33 +97,21 @@ def _type_stats(shape: Shape, row: Row, windows: Sequence[timedelta]) -> TypeSta
 
 
 class StatsMixin:
-    """queue_stats; the transaction class supplies ``_q``, ``_conn``, ``_prepare``, ``_check``."""
+    """queue_stats; the transaction class supplies ``_q`` and ``_rows_without_jit``."""
 
     _q: Queries
-    _conn: AnyConnection
-    _prepare: bool | None
 
-    def _check(self, *, write: bool) -> None:
+    async def _rows_without_jit(
+        self, query: bytes, params: Mapping[str, Any], *, write: bool
+    ) -> tuple[Shape, list[Row]]:
         raise NotImplementedError  # pragma: no cover - provided by PostgresStateTx
-
-    async def _read_without_jit(self, query: bytes, params: Mapping[str, Any]) -> tuple[Shape, list[Row]]:
-        """``query`` between jit_off and jit_restore, in one pipeline (one round trip)."""
-        self._check(write=False)
-        with translated():
-            async with self._conn.pipeline():
-                await self._conn.cursor().execute(plain("jit_off"), prepare=self._prepare)
-                cursor = self._conn.cursor()
-                await cursor.execute(query, params, prepare=self._prepare)
-                await self._conn.cursor().execute(plain("jit_restore"), prepare=self._prepare)
-                rows = await cursor.fetchall()
-            return shape_of(query, cursor), rows
 
     async def queue_stats(self, params: QueueStatsGet) -> QueueStats:
         """Queue health per job type at one instant (see :class:`jobchain.stats.QueueStats`).
 
         One round trip; every figure read through an index (see ``sql/queue_stats.sql``).
         """
-        shape, rows = await self._read_without_jit(self._q.queue_stats, _params(params))
+        shape, rows = await self._rows_without_jit(self._q.queue_stats, _params(params), write=False)
         head = rows[0]
         now = utc(shape.scalar(head, "now"))
         throughput: tuple[ThroughputBucket, ...] = ()

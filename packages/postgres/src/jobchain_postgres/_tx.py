@@ -62,7 +62,7 @@ from jobchain_postgres._waits import WaitsMixin
 from jobchain_postgres._workers import WorkersMixin
 from jobchain_postgres.errors import translated
 from jobchain_postgres.providers import AnyConnection
-from jobchain_postgres.queries import Queries
+from jobchain_postgres.queries import Queries, plain
 from jobchain_postgres.rows import (
     UUID_OID,
     Row,
@@ -367,9 +367,22 @@ class PostgresStateTx(
         await self._start()
         return await super()._pipeline(steps)
 
-    async def _read_without_jit(self, query: bytes, params: Mapping[str, Any]) -> tuple[Shape, list[Row]]:
+    async def _rows_without_jit(
+        self, query: bytes, params: Mapping[str, Any], *, write: bool
+    ) -> tuple[Shape, list[Row]]:
+        """``query`` between jit_off and jit_restore, in one pipeline (one round trip): for a
+        statement whose cost estimate grows with the table past the JIT thresholds, where
+        compiling the plan takes longer than running it."""
+        self._check(write=write)
         await self._start()
-        return await super()._read_without_jit(query, params)
+        with translated():
+            async with self._conn.pipeline():
+                await self._conn.cursor().execute(plain("jit_off"), prepare=self._prepare)
+                cursor = self._conn.cursor()
+                await cursor.execute(query, params, prepare=self._prepare)
+                await self._conn.cursor().execute(plain("jit_restore"), prepare=self._prepare)
+                rows = await cursor.fetchall()
+            return shape_of(query, cursor), rows
 
     def _steps_together(self) -> AbstractAsyncContextManager[object]:
         """Where an operation's statements must share one transaction: in autocommit, a
