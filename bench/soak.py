@@ -30,6 +30,7 @@ import contextlib
 import json
 import os
 import platform
+import signal
 import subprocess
 import sys
 import time
@@ -344,6 +345,12 @@ def main() -> None:
         "python": platform.python_version(),
         "load_before": " ".join(f"{x:.2f}" for x in os.getloadavg()),
     }
+
+    def terminate(signum: int, _frame: object) -> None:
+        raise SystemExit(128 + signum)  # unwinds through PrivateServer's exit: the cluster goes too
+
+    for sig in (signal.SIGTERM, signal.SIGHUP):
+        signal.signal(sig, terminate)
     with PrivateServer(settings=SERVER_SETTINGS, database="soak") as server:
         notify, state = server.url, f"{server.url}?schema={SCHEMA}"
         with psycopg.connect(notify, autocommit=True) as conn:
