@@ -12,9 +12,9 @@
 -- then, within what is left of :limit, ordering_key rows last used before it whose last chain is
 -- gone (pruned here or before); rows a creation holds are skipped (SKIP LOCKED), as are rows used
 -- since (a creation in flight dates its row now). _locks_deleted counts both kinds.
--- Plan: the batch is read in order and stops at :limit, whatever the number of chains old enough
--- (a retention switched on over a long history, or one that fell behind, costs each batch the
--- same). Completed jobs per type (a loose scan of job_finished_idx finds the types with finished
+-- Plan: the batch can be read in order and stop at :limit, so when the chains old enough far
+-- outnumber it (a retention switched on over a long history, or one that fell behind) a batch
+-- costs about what one that keeps up costs (bench/prune_cost.py). Completed jobs per type (a loose scan of job_finished_idx finds the types with finished
 -- jobs, one probe each), each a range of job_finished_idx in completed_at order bounded by
 -- completed_at < cutoff, at most :limit rows per type; failed and cancelled jobs through
 -- job_listing_status_idx (partial: the rare statuses), bounded by created_at < cutoff (a job is
