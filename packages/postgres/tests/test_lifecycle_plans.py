@@ -12,6 +12,7 @@ from psycopg import sql
 
 from jobchain.contracts import (
     ChainsCancel,
+    ChainsPrune,
     JobComplete,
     JobFail,
     JobGet,
@@ -31,6 +32,7 @@ from jobchain_postgres.queries import Queries
 
 from .conftest import open_state
 from .test_migrations import plan
+from .test_statements import until_lock_wait
 
 NOW = datetime(2030, 1, 1, tzinfo=UTC)
 LEASE = timedelta(seconds=30)
@@ -231,6 +233,41 @@ async def test_a_prune_batch_reads_about_its_limit_however_many_chains_are_old_e
         kept = [await tx.job_get(JobGet(job_id=job.id)) is not None for job in old[:11]]
     # The ten oldest went (the first ten history chains, finished first).
     assert kept == [False] * 10 + [True]
+
+
+async def test_a_dead_letter_retried_while_a_prune_waits_for_it_is_kept(
+    pg_state: PostgresStateAdapter, postgres_url: str, schema_name: str
+) -> None:
+    # The prune reads the chain as failed long ago, then waits for the retry's row lock. Once
+    # the retry commits, the chain is pending again: deleting it would lose a job whose retry
+    # was reported done.
+    kept, retried = _new(), _new()
+    async with pg_state.transaction() as tx:
+        await tx.jobs_create(JobsCreate(jobs=[kept, retried], now=NOW))
+        for job in (kept, retried):
+            await tx.job_fail(JobFail(job_id=job.id, error="e", now=NOW))
+    other = await open_state(postgres_url, schema_name, "skip-locked")
+    pid: asyncio.Future[int] = asyncio.get_running_loop().create_future()
+
+    async def prune() -> Any:
+        async with pg_state.transaction() as tx:
+            pid.set_result(tx.connection.info.backend_pid)
+            return await tx.chains_prune(ChainsPrune(failed_before=NOW + timedelta(days=1), limit=10))
+
+    try:
+        async with other.transaction() as tx:
+            retry = await tx.jobs_retry(JobsRetry(job_ids=[retried.id], now=NOW))
+            assert [job.id for job in retry.retried] == [retried.id]
+            pruning = asyncio.create_task(prune())
+            await until_lock_wait(postgres_url, await pid, pruning, "the prune did not wait for the retry")
+        pruned = await asyncio.wait_for(pruning, 30)
+    finally:
+        await other.close()
+    async with pg_state.transaction(read_only=True) as tx:
+        after = await tx.job_get(JobGet(job_id=retried.id))
+    assert after is not None
+    assert after.status is JobStatus.PENDING
+    assert [chain.id for chain in pruned.chains] == [kept.id]
 
 
 async def test_an_id_that_is_no_uuid_refuses_a_whole_cancel_or_retry(pg_state: PostgresStateAdapter) -> None:

@@ -21,7 +21,9 @@
 -- created before it finishes). job_chain_index_idx for the continuation check; the outsider check
 -- reads job_blocker_chain_idx (one probe per candidate, usually empty) and only for a reference
 -- found, the referencing chain's jobs (job_chain_index_idx) to see whether it qualifies too. The
--- doomed rows are locked FOR UPDATE in ctid order, as chains_delete locks them. The two bookkeeping
+-- doomed rows are locked FOR UPDATE in ctid order, as chains_delete locks them; a chain with a row
+-- written since the statement's snapshot (its xmin changed: a retry that committed while the prune
+-- waited for the lock) is kept for a later batch instead of deleted unseen. The two bookkeeping
 -- sweeps read their tables in physical order and stop at the limit (no index: a sweep with
 -- nothing to delete reads every row last used before :locks_before).
 -- Sent between jit_off and jit_restore: the estimate of a statement this size passes the JIT
@@ -163,15 +165,39 @@ stuck (chain_id) AS (
     WHERE b.blocked_by_chain_id IN (SELECT batch.chain_id FROM batch)
       AND NOT b.resolves_on_any_end
 ),
-doomed_chains AS MATERIALIZED (
+chosen AS MATERIALIZED (
     SELECT t.* FROM batch AS t WHERE t.chain_id NOT IN (SELECT stuck.chain_id FROM stuck)
 ),
-doomed AS (
-    SELECT j.id
+seen AS MATERIALIZED (
+    -- The chosen chains' rows as this statement's snapshot has them.
+    SELECT j.id, j.chain_id, j.xmin AS version
     FROM {job} AS j
-    WHERE j.chain_id IN (SELECT doomed_chains.chain_id FROM doomed_chains)
+    WHERE j.chain_id IN (SELECT chosen.chain_id FROM chosen)
+),
+locked AS MATERIALIZED (
+    -- FOR UPDATE waits for a transaction writing a row and returns the row as it committed
+    -- (a deleted row not at all).
+    SELECT j.id, j.chain_id, j.xmin AS version
+    FROM {job} AS j
+    WHERE j.chain_id IN (SELECT chosen.chain_id FROM chosen)
     ORDER BY j.ctid
     FOR UPDATE
+),
+changed (chain_id) AS (
+    -- A chain written since the snapshot (a dead letter retried while the prune waited for its
+    -- lock, a row deleted) may no longer qualify: it is kept, and a later batch looks again.
+    SELECT coalesce(l.chain_id, s.chain_id)
+    FROM locked AS l
+    FULL JOIN seen AS s ON s.id = l.id
+    WHERE s.version IS DISTINCT FROM l.version
+),
+doomed_chains AS MATERIALIZED (
+    SELECT c.* FROM chosen AS c WHERE c.chain_id NOT IN (SELECT changed.chain_id FROM changed)
+),
+doomed AS (
+    SELECT l.id
+    FROM locked AS l
+    WHERE l.chain_id IN (SELECT doomed_chains.chain_id FROM doomed_chains)
 ),
 gone_blockers AS (
     DELETE FROM {job_blocker} AS b
