@@ -69,20 +69,31 @@ def bench_server() -> Iterator[str]:
         return
     from jobchain_postgres.testing import PrivateServer
 
+    server = PrivateServer(settings=SERVER_SETTINGS)
+    with signals_unwind():
+        try:
+            print(f"bench: starting a private PostgreSQL cluster in {server.data_dir.parent}", flush=True)
+            server.start()
+            os.environ["BENCH_PG"] = f"postgresql://postgres@127.0.0.1:{server.port}"
+            os.environ["BENCH_PG_KIND"] = "private"
+            print(f"bench: private cluster on 127.0.0.1:{server.port}", flush=True)
+            yield "private"
+        finally:
+            server.close()
+            print("bench: private cluster stopped and removed", flush=True)
+
+
+@contextlib.contextmanager
+def signals_unwind() -> Iterator[None]:
+    """SIGTERM and SIGHUP raise SystemExit inside the block, so its cleanup (a private
+    cluster's removal) runs when a run is stopped; the previous handlers come back after."""
+
     def terminate(signum: int, _frame: object) -> None:
-        raise SystemExit(128 + signum)  # unwinds through the finally below
+        raise SystemExit(128 + signum)
 
     previous = {sig: signal.signal(sig, terminate) for sig in (signal.SIGTERM, signal.SIGHUP)}
-    server = PrivateServer(settings=SERVER_SETTINGS)
     try:
-        print(f"bench: starting a private PostgreSQL cluster in {server.data_dir.parent}", flush=True)
-        server.start()
-        os.environ["BENCH_PG"] = f"postgresql://postgres@127.0.0.1:{server.port}"
-        os.environ["BENCH_PG_KIND"] = "private"
-        print(f"bench: private cluster on 127.0.0.1:{server.port}", flush=True)
-        yield "private"
+        yield
     finally:
-        server.close()
-        print("bench: private cluster stopped and removed", flush=True)
         for sig, handler in previous.items():
             signal.signal(sig, handler)

@@ -30,7 +30,6 @@ import contextlib
 import json
 import os
 import platform
-import signal
 import subprocess
 import sys
 import time
@@ -39,7 +38,7 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
-from benchenv import ensure_venv
+from benchenv import ensure_venv, signals_unwind
 
 BENCH = Path(__file__).resolve().parent
 ROOT = BENCH.parent
@@ -346,12 +345,7 @@ def main() -> None:
         "load_before": " ".join(f"{x:.2f}" for x in os.getloadavg()),
     }
 
-    def terminate(signum: int, _frame: object) -> None:
-        raise SystemExit(128 + signum)  # unwinds through PrivateServer's exit: the cluster goes too
-
-    for sig in (signal.SIGTERM, signal.SIGHUP):
-        signal.signal(sig, terminate)
-    with PrivateServer(settings=SERVER_SETTINGS, database="soak") as server:
+    with signals_unwind(), PrivateServer(settings=SERVER_SETTINGS, database="soak") as server:
         notify, state = server.url, f"{server.url}?schema={SCHEMA}"
         with psycopg.connect(notify, autocommit=True) as conn:
             names = list(SERVER_SETTINGS)

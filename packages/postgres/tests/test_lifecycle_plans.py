@@ -36,6 +36,15 @@ from .test_statements import until_lock_wait
 
 NOW = datetime(2030, 1, 1, tzinfo=UTC)
 LEASE = timedelta(seconds=30)
+PRUNE_ALL_FINISHED: dict[str, Any] = {
+    "key": "k",
+    "completed_before": NOW + timedelta(days=1),
+    "failed_before": NOW + timedelta(days=1),
+    "cancelled_before": NOW + timedelta(days=1),
+    "locks_before": None,
+    "limit": 10,
+}
+"""chains_prune parameters for plan tests: every finished chain qualifies, batches of 10."""
 
 
 def _new(type_name: str = "t", **fields: Any) -> NewJob:
@@ -179,14 +188,7 @@ async def test_prune_scans_old_finished_jobs_through_the_status_index(seeded: Po
             sql.SQL("ANALYZE {}").format(sql.Identifier(seeded.options.schema, "jobchain_job"))
         )
     q = Queries(seeded.options.schema, "jobchain_")
-    params = {
-        "key": "k",
-        "completed_before": NOW + timedelta(days=1),
-        "failed_before": NOW + timedelta(days=1),
-        "cancelled_before": NOW + timedelta(days=1),
-        "locks_before": None,
-        "limit": 10,
-    }
+    params = PRUNE_ALL_FINISHED
     assert "jobchain_job_listing_status_idx" in await plan(seeded, q.chains_prune, params)
 
 
@@ -211,14 +213,7 @@ async def test_a_prune_batch_reads_about_its_limit_however_many_chains_are_old_e
             sql.SQL("ANALYZE {}").format(sql.Identifier(pg_state.options.schema, "jobchain_job"))
         )
     q = Queries(pg_state.options.schema, "jobchain_")
-    params = {
-        "key": "k",
-        "completed_before": NOW + timedelta(days=1),
-        "failed_before": NOW + timedelta(days=1),
-        "cancelled_before": NOW + timedelta(days=1),
-        "locks_before": None,
-        "limit": 10,
-    }
+    params = PRUNE_ALL_FINISHED
     async with pg_state.transaction() as tx:
         cursor = tx.connection.cursor()
         await cursor.execute(b"EXPLAIN (ANALYZE, FORMAT JSON) " + q.chains_prune, params, prepare=False)
