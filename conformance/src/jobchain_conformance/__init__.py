@@ -13,9 +13,10 @@ pytest.register_assert_rewrite("jobchain_conformance.suites", "jobchain_conforma
 
 from jobchain_conformance.capabilities import requires  # noqa: E402 -- after assert rewriting
 from jobchain_conformance.suites.all import (  # noqa: E402
+    ClaimStateSuite,
     IntegrationSuite,
     NotifyAdapterSuite,
     StateAdapterSuite,
 )
 
-__all__ = ["IntegrationSuite", "NotifyAdapterSuite", "StateAdapterSuite", "requires"]
+__all__ = ["ClaimStateSuite", "IntegrationSuite", "NotifyAdapterSuite", "StateAdapterSuite", "requires"]

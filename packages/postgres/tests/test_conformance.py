@@ -1,7 +1,9 @@
 """The PostgreSQL adapters through the conformance suites, exactly as a third-party backend would.
 
-The state suite runs in both claim modes: ``skip-locked`` (FOR UPDATE SKIP LOCKED) and
-``atomic-update`` (the distributed-SQL claim). Each test gets its own schema and channel prefix.
+The state suite runs whole in the default claim mode, ``skip-locked`` (FOR UPDATE SKIP LOCKED);
+``atomic-update`` (the distributed-SQL claim) changes only the claim and reap statements, so it
+runs the claim cases (``ClaimStateSuite``: every claim rule, lease, release, concurrent claim
+and both models). Each test gets its own schema and channel prefix.
 """
 
 from __future__ import annotations
@@ -14,7 +16,7 @@ import psycopg
 import pytest
 
 from jobchain.contracts import NotifyAdapter, StateAdapter, StateTx
-from jobchain_conformance import NotifyAdapterSuite, StateAdapterSuite
+from jobchain_conformance import ClaimStateSuite, NotifyAdapterSuite, StateAdapterSuite
 from jobchain_conformance.suites._base import InterruptConnection, NotifyAdapterFactory
 from jobchain_postgres import NotifyOptions, PostgresNotifyAdapter
 from jobchain_postgres._tx import PostgresStateTx
@@ -30,7 +32,7 @@ async def poison(tx: StateTx) -> None:
         await tx.connection.execute("SELECT 1 / 0")
 
 
-class TestPostgresState(StateAdapterSuite):
+class _PostgresStateFixtures:
     claim: ClassVar[Claim] = "skip-locked"
 
     @pytest.fixture
@@ -44,7 +46,11 @@ class TestPostgresState(StateAdapterSuite):
         return poison
 
 
-class TestPostgresStateAtomicClaim(TestPostgresState):
+class TestPostgresState(_PostgresStateFixtures, StateAdapterSuite):
+    pass
+
+
+class TestPostgresStateAtomicClaim(_PostgresStateFixtures, ClaimStateSuite):
     claim: ClassVar[Claim] = "atomic-update"
 
 

@@ -1,7 +1,11 @@
 """Client + worker over the PostgreSQL state adapter, through the integration suite.
 
-Pairs: (postgres, postgres LISTEN/NOTIFY), (postgres, memory notify) and (postgres, no notify,
-workers poll), each in both claim modes. Every test gets its own schema and channel prefix.
+Pairs: (postgres, postgres LISTEN/NOTIFY) and (postgres, no notify: workers poll) in the default
+claim mode, and (postgres, LISTEN/NOTIFY) in the ``atomic-update`` claim mode. An in-process
+notify beside PostgreSQL state would run the same state code as the LISTEN/NOTIFY pair with a
+notify no deployment uses, and the polling pair in the second claim mode the same claim
+statement as its LISTEN/NOTIFY pair: neither is run. Every test gets its own schema and
+channel prefix.
 """
 
 from __future__ import annotations
@@ -12,7 +16,6 @@ from typing import ClassVar
 import pytest
 
 from jobchain.contracts import NotifyAdapter, StateAdapter
-from jobchain.memory.notify import MemoryNotifyAdapter
 from jobchain_conformance import IntegrationSuite
 from jobchain_postgres import NotifyOptions, PostgresNotifyAdapter
 from jobchain_postgres.options import Claim
@@ -40,14 +43,6 @@ class _PostgresNotify:
         await adapter.close()
 
 
-class _MemoryNotify:
-    @pytest.fixture
-    async def notify_adapter(self) -> AsyncIterator[NotifyAdapter | None]:
-        adapter = MemoryNotifyAdapter()
-        yield adapter
-        await adapter.close()
-
-
 class _NoNotify:
     @pytest.fixture
     async def notify_adapter(self) -> AsyncIterator[NotifyAdapter | None]:
@@ -58,21 +53,9 @@ class TestPostgresPostgresNotify(_PostgresNotify, _PostgresState, IntegrationSui
     pass
 
 
-class TestPostgresMemoryNotify(_MemoryNotify, _PostgresState, IntegrationSuite):
-    pass
-
-
 class TestPostgresNoNotify(_NoNotify, _PostgresState, IntegrationSuite):
     pass
 
 
 class TestPostgresPostgresNotifyAtomicClaim(TestPostgresPostgresNotify):
-    claim: ClassVar[Claim] = "atomic-update"
-
-
-class TestPostgresMemoryNotifyAtomicClaim(TestPostgresMemoryNotify):
-    claim: ClassVar[Claim] = "atomic-update"
-
-
-class TestPostgresNoNotifyAtomicClaim(TestPostgresNoNotify):
     claim: ClassVar[Claim] = "atomic-update"

@@ -1,12 +1,15 @@
-"""Client + worker over the Redis notify adapter, paired with the in-process and the SQLite state adapters.
+"""Client + worker over the Redis notify adapter, paired with the in-process state adapter.
 
-The integration suite runs through the pytest plugin exactly as a third party would.
+The integration suite runs through the pytest plugin exactly as a third party would. One pair
+is enough for a notify backend: the in-process state runs every case (it can poison a
+transaction, so the resilience cases run too), and a second state under the same notify
+adapter would repeat the notify code paths while testing a state backend that its own
+package already runs through the suite.
 """
 
 from __future__ import annotations
 
 from collections.abc import AsyncIterator
-from pathlib import Path
 
 import pytest
 
@@ -15,7 +18,6 @@ from jobchain.memory.state import MemoryStateAdapter, poison_memory_transaction
 from jobchain_conformance import IntegrationSuite
 from jobchain_conformance.suites._base import PoisonTransaction
 from jobchain_redis import RedisNotifyAdapter, RedisNotifyOptions
-from jobchain_sqlite import SqliteOptions, SqliteStateAdapter
 
 
 class _RedisNotify:
@@ -38,12 +40,3 @@ class TestRedisNotifyWithMemoryState(_RedisNotify, IntegrationSuite):
     @pytest.fixture
     def poison_transaction(self) -> PoisonTransaction | None:
         return poison_memory_transaction
-
-
-class TestRedisNotifyWithSqliteState(_RedisNotify, IntegrationSuite):
-    @pytest.fixture
-    async def state_adapter(self, tmp_path: Path) -> AsyncIterator[StateAdapter]:
-        adapter = SqliteStateAdapter(SqliteOptions(path=str(tmp_path / "integration.db")))
-        await adapter.migrate()
-        yield adapter
-        await adapter.close()

@@ -8,9 +8,13 @@ Adopters subclass ``IntegrationSuite`` and override two async fixtures::
         @pytest.fixture
         async def notify_adapter(self): ...  # a notify adapter, or yield None (workers poll)
 
-Every wait is bounded by ``wait_timeout``; workers use short polls and leases and zero
-retry backoff (class attributes an adopter may raise for a slow backend), so no case
-sleeps to make its point and none asserts on wall-clock speed.
+Every wait is bounded by ``wait_timeout``; workers use short polls, zero retry backoff and
+leases a starved machine keeps (30 s, renewed every 5 s): a case never depends on a lease
+holding, or running out, in wall-clock time. Where a lease must lapse, a deadline pass or
+a rate window roll, the case drives a clock of its own (:meth:`IntegrationEnv.clock`):
+every client and worker built with it reads time from it, through
+:func:`jobchain.testing.clocked_state`, and the case moves it. Class attributes an adopter
+may change are listed on :class:`IntegrationSuiteBase`; none asserts on wall-clock speed.
 """
 
 from __future__ import annotations
@@ -26,6 +30,7 @@ import pytest
 from jobchain import Chain, ChainStart, Client, Job, JobStatus, JobType, JobTypes
 from jobchain.contracts import Capability, NotifyAdapter, Observer, StateAdapter
 from jobchain.entities import Deduplication, Schedule
+from jobchain.testing import FrozenClock, clocked_state
 from jobchain.worker import Backoff, LeaseConfig, Processors, Worker
 from jobchain_conformance.capabilities import skip_unless
 from jobchain_conformance.suites._base import PoisonTransaction
@@ -82,16 +87,25 @@ class IntegrationEnv:
         *,
         poll_interval: float,
         lease: LeaseConfig,
-        short_lease: LeaseConfig,
+        renewing_lease: LeaseConfig,
         wait_timeout: float,
     ) -> None:
         self.state = state
         self.notify = notify
         self.poll_interval = poll_interval
         self.lease = lease
-        self.short_lease = short_lease
+        self.renewing_lease = renewing_lease
         self.wait_timeout = wait_timeout
         self._workers: list[Worker] = []
+
+    def clock(self) -> FrozenClock:
+        """A clock for one case: it stands still until the case moves it.
+
+        Pass it to :meth:`client` for every client whose workers or reads must see it: leases,
+        renewals, reaps, heartbeats, rate windows and schedules then follow the clock, not the
+        machine, so a lease runs out exactly when the case advances past it.
+        """
+        return FrozenClock()
 
     # ------------------------------------------------------------ building
 
@@ -102,14 +116,20 @@ class IntegrationEnv:
         state: StateAdapter | None = None,
         notify: NotifyAdapter | str | None = "pair",
         observers: Sequence[Observer] = (),
+        clock: FrozenClock | None = None,
     ) -> Client:
         """A client over the pair (or over ``state``/``notify`` wrappers of it).
 
-        Never close it in a case: closing a client closes the adapters, which the fixtures own.
+        With ``clock``, every state operation of the client and of its workers takes its time
+        from that clock (see :meth:`clock`). Never close it in a case: closing a client
+        closes the adapters, which the fixtures own.
         """
         chosen_notify = self.notify if notify == "pair" else notify
         assert not isinstance(chosen_notify, str)
-        return Client(state or self.state, chosen_notify, job_types, observers=observers)
+        chosen_state = state or self.state
+        if clock is not None:
+            chosen_state = clocked_state(chosen_state, clock)
+        return Client(chosen_state, chosen_notify, job_types, observers=observers, clock=clock)
 
     def worker(self, client: Client, processors: Processors | Sequence[Processors], **options: Any) -> Worker:
         """An unstarted worker with short poll, short lease and zero backoff unless overridden.
@@ -278,7 +298,8 @@ class IntegrationEnv:
                 type_names=names, statuses=[JobStatus.RUNNING, JobStatus.PENDING], limit=500
             )
             # A second of slack: a store's clock or rounding may put "now" a hair ahead.
-            soon = datetime.now(UTC) + timedelta(seconds=1)
+            now = client.clock() if client.clock is not None else datetime.now(UTC)
+            soon = now + timedelta(seconds=1)
             return not any(
                 job.status is JobStatus.RUNNING or job.scheduled_at <= soon for job in open_jobs.items
             )
@@ -294,14 +315,15 @@ class IntegrationSuiteBase:
 
     poll_interval: float = 0.05
     """Worker and await poll interval (seconds): the fallback when notifications are missing."""
-    lease: LeaseConfig = LeaseConfig(
-        duration=timedelta(milliseconds=500), renew_every=timedelta(milliseconds=100)
+    lease: LeaseConfig = LeaseConfig(duration=timedelta(seconds=30), renew_every=timedelta(seconds=5))
+    """Lease of every worker unless a case says otherwise: long enough that a starved machine
+    (an event loop that misses renewals for seconds) never loses a job it is running."""
+    renewing_lease: LeaseConfig = LeaseConfig(
+        duration=timedelta(seconds=30), renew_every=timedelta(milliseconds=50)
     )
-    """Lease of every worker unless a case says otherwise."""
-    short_lease: LeaseConfig = LeaseConfig(
-        duration=timedelta(milliseconds=300), renew_every=timedelta(milliseconds=50)
-    )
-    """Lease of the cases where a lease must run out (reaper cases)."""
+    """Lease of the cases that watch renewals or let a lease lapse: renewed often, so a case
+    sees a renewal soon, and still 30 s long, so it lapses only when the case's clock
+    (:meth:`IntegrationEnv.clock`) moves past it."""
     wait_timeout: float = 30.0
     """Upper bound of every wait; a passing case takes a small fraction of it."""
 
@@ -340,7 +362,7 @@ class IntegrationSuiteBase:
             notify_adapter,
             poll_interval=self.poll_interval,
             lease=self.lease,
-            short_lease=self.short_lease,
+            renewing_lease=self.renewing_lease,
             wait_timeout=self.wait_timeout,
         )
         try:

@@ -6,6 +6,7 @@ Each module contributes mixins named ``…Tests``; this file only lists them.
 from __future__ import annotations
 
 from jobchain_conformance.model import ModelTests
+from jobchain_conformance.model_scheduling import SchedulingModelTests
 from jobchain_conformance.suites._base import NotifySuiteBase, StateSuiteBase
 from jobchain_conformance.suites._integration_base import IntegrationSuiteBase
 from jobchain_conformance.suites.integration_await import AwaitChainTests
@@ -80,6 +81,16 @@ from jobchain_conformance.suites.state_rescue import (
     WorkerReleaseTests,
 )
 from jobchain_conformance.suites.state_scheduling import SchedulingStateTests
+from jobchain_conformance.suites.state_scheduling_limits import (
+    ConcurrentLimitTests,
+    MaxRunningTests,
+    RateLimitTests,
+)
+from jobchain_conformance.suites.state_scheduling_ordering import ConcurrentOrderingTests, OrderingKeyTests
+from jobchain_conformance.suites.state_scheduling_pause import PausedVisibilityTests
+from jobchain_conformance.suites.state_scheduling_pause import PauseTests as PauseStateTests
+from jobchain_conformance.suites.state_scheduling_priority import AgingTests
+from jobchain_conformance.suites.state_scheduling_priority import PriorityTests as PriorityStateTests
 from jobchain_conformance.suites.state_transactions import CloseTests, SavepointTests, TransactionTests
 from jobchain_conformance.suites.state_trigger import JobsTriggerTests
 from jobchain_conformance.suites.state_workers import (
@@ -144,6 +155,39 @@ class StateAdapterSuite(
     StateSuiteBase,
 ):
     """Every state-adapter conformance case."""
+
+
+class ClaimStateSuite(
+    JobNextAvailableTests,
+    JobsAcquireTests,
+    PerTypeLeaseTests,
+    JobsReapExpiredTests,
+    ReapRescueTests,
+    WorkerReleaseTests,
+    FencingAfterReleaseTests,
+    ConcurrentReleaseTests,
+    NextLeaseExpiryTests,
+    PriorityStateTests,
+    AgingTests,
+    MaxRunningTests,
+    RateLimitTests,
+    ConcurrentLimitTests,
+    PauseStateTests,
+    PausedVisibilityTests,
+    OrderingKeyTests,
+    ConcurrentOrderingTests,
+    ConcurrencyTests,
+    ModelTests,
+    SchedulingModelTests,
+    StateSuiteBase,
+):
+    """The state cases that exercise claims and reaps: every claim rule, lease, release and
+    concurrent claim, and the two models.
+
+    For a backend with more than one claim strategy (jobchain-postgres: ``skip-locked`` and
+    ``atomic-update``): run :class:`StateAdapterSuite` on one strategy and this suite on each
+    other one, instead of the whole suite again over code the strategy does not change.
+    """
 
 
 class NotifyAdapterSuite(

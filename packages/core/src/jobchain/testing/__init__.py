@@ -2,14 +2,25 @@
 
 * :func:`run_until_idle` runs every due job of a client through the real worker code, one at
   a time, and returns what ran (:class:`JobRun`).
-* :class:`FrozenClock` is a ``clock=`` that moves only when the test moves it.
+* :class:`FrozenClock` is a ``clock=`` that moves only when the test moves it;
+  :func:`clocked_state` makes it the clock of every operation of a state adapter (claims,
+  leases, renewals, reaps, heartbeats), so a lease runs out when the test says so.
 * The pytest plugin (installed with jobchain, registered as ``jobchain_testing``) provides
   the ``jobchain_client``, ``jobchain_clock``, ``jobchain_job_types``,
   ``jobchain_processors`` and ``jobchain_run`` fixtures; see the guide "Testing your jobs".
 """
 
 from jobchain.testing.client import memory_client
+from jobchain.testing._clocked import clocked_state
 from jobchain.testing.clock import FrozenClock
 from jobchain.testing.run import JobRun, RunLimitError, RunOutcome, run_until_idle
 
-__all__ = ["FrozenClock", "JobRun", "RunLimitError", "RunOutcome", "memory_client", "run_until_idle"]
+__all__ = [
+    "FrozenClock",
+    "JobRun",
+    "RunLimitError",
+    "RunOutcome",
+    "clocked_state",
+    "memory_client",
+    "run_until_idle",
+]

@@ -31,7 +31,7 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable, Sequence
 from contextlib import AsyncExitStack
 from dataclasses import dataclass, replace
-from datetime import UTC, datetime
+from datetime import datetime
 from typing import TYPE_CHECKING, Any, Generic, Literal, overload
 
 from typing_extensions import TypeVar
@@ -41,6 +41,7 @@ from jobchain.entities import Chain, Job, JobStatus, Schedule
 from jobchain.errors import InvalidArgumentError, JobchainError
 from jobchain.job_types import AnyContinuation
 from jobchain.worker.abort import AbortSignal, AttemptAbortedError
+from jobchain.worker.failures import now_of
 from jobchain.worker.ownership import reason_for
 from jobchain.worker.processors import run_wrapped
 
@@ -527,7 +528,7 @@ class Attempt(Generic[I, O, N]):
         self.signal.raise_if_aborted()
         encoded = self._processor.job_type.encode_output(output)
         finished = await self.completion_groups.complete(
-            self.job, encoded, worker_id=self.worker_id, now=datetime.now(UTC)
+            self.job, encoded, worker_id=self.worker_id, now=now_of(self._client)
         )
         self._completed = Completed(job=finished.job)
         return self._completed
@@ -542,7 +543,7 @@ class Attempt(Generic[I, O, N]):
         self._mode = "atomic"
         self.signal.raise_if_aborted()
         encoded = self._processor.job_type.encode_output(output)
-        now = datetime.now(UTC)
+        now = now_of(self._client)
         self._deferred = (encoded, now)
         self._completed = Completed(
             job=replace(

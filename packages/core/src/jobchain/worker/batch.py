@@ -15,7 +15,6 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Callable, Sequence
-from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
 from jobchain.contracts import JobRenewLease
@@ -24,7 +23,7 @@ from jobchain.errors import JobchainError
 from jobchain.worker.abort import AbortReason, AbortSignal
 from jobchain.worker.deadline import Deadline
 from jobchain.worker.emitter import AttemptScopes
-from jobchain.worker.failures import fail_over_limit, over_limit, record_failure
+from jobchain.worker.failures import fail_over_limit, now_of, over_limit, record_failure
 from jobchain.worker.ownership import OWNERSHIP_LOSSES, reason_for_error
 from jobchain.worker.processors import call_in_thread
 from jobchain.worker.runner import AttemptSettings
@@ -192,7 +191,7 @@ class BatchRunner:
                     completions.append((job, job_type.encode_output(output)))
                 except Exception as error:
                     failures.append((job, error))
-        now = datetime.now(UTC)
+        now = now_of(self.client)
         results = await self.groups.complete_many(completions, worker_id=self.worker_id, now=now)
         for (job, _output), result in zip(completions, results, strict=True):
             if isinstance(result, OWNERSHIP_LOSSES):

@@ -52,6 +52,7 @@ class Claims:
         type_limits: dict[str, TypeLimits],
         priority_aging: timedelta,
         open_operation: OpenOperation,
+        now: Callable[[], datetime] = lambda: datetime.now(UTC),
     ) -> None:
         self._type_names = type_names
         self._worker_id = worker_id
@@ -60,6 +61,7 @@ class Claims:
         self.type_limits = type_limits
         self.priority_aging = priority_aging
         self._open = open_operation
+        self._now = now
         self.held_back: tuple[str, ...] = ()
         """Types the last claim's limits capped (empty when none did)."""
         self.retry_at: datetime | None = None
@@ -100,7 +102,7 @@ class Claims:
         if held:
             wait = LIMITS_POLL
             if self.retry_at is not None:
-                wait = min(wait, (self.retry_at - datetime.now(UTC)).total_seconds())
+                wait = min(wait, (self.retry_at - self._now()).total_seconds())
             longest = min(longest, max(wait, MIN_LIMITS_WAIT))
         names = [name for name in self._type_names if name not in held]
         if not names:

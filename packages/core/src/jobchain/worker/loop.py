@@ -15,6 +15,7 @@ Attempts run in slots (:mod:`jobchain.worker.slots`).
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 import random
 from collections.abc import Sequence
@@ -32,6 +33,7 @@ from jobchain.worker.completer import CompletionGroups
 from jobchain.worker.connections import reserve_connections
 from jobchain.worker.emitter import WorkerEvents
 from jobchain.worker.event_log import EventLog
+from jobchain.worker.failures import now_of
 from jobchain.worker.heartbeat import (
     DEFAULT_HEARTBEAT_INTERVAL,
     DEFAULT_MISSED_HEARTBEATS,
@@ -224,6 +226,8 @@ class Worker(WorkerEvents):
             type_limits=type_limits_of([p.job_type for p in self._processors.values()]),
             priority_aging=self.priority_aging,
             open_operation=self._open_operation,
+            # A rate window's end is the state's time: a test clock must move it too.
+            now=functools.partial(now_of, client),
         )
         self._slots.freed_capped = self._claims.capped_types
         self._wakeups = WakeUps(
