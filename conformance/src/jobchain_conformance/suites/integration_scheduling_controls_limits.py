@@ -1,15 +1,17 @@
 """Scheduling controls end to end: max_running, rate limits, pause/resume, priorities.
 
-Limits are checked by what the handlers observe (a counter of running attempts, the
+Limits are checked by what the handlers observe (the jobs whose handlers run at once, the
 backend's start stamps per rate window) while several workers claim; each case also proves
 the limit was exercised (claims that came back ``held_back``). No case asserts on elapsed
-time: priorities are measured in claims, windows by the backend's own stamps.
+time or waits for a window to pass: priorities are measured in claims, rate windows are moved
+by the case's frozen clock.
 """
 
 from __future__ import annotations
 
 import asyncio
 from collections import Counter
+from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -19,6 +21,7 @@ from jobchain import Client, JobStatus, JobTypes
 from jobchain.contracts import JobsAcquire, JobsAcquired, StateTx
 from jobchain.entities import RateLimit
 from jobchain.errors import InvalidArgumentError
+from jobchain.testing import FrozenClock, clocked_state
 from jobchain.worker import Attempt, Completed, Processors
 from jobchain_conformance.suites._integration_base import IntegrationEnv, IntegrationSuiteBase, Num
 from jobchain_conformance.suites._integration_wrappers import StateProxy, as_state
@@ -41,36 +44,64 @@ def _count_held_back(proxy: StateProxy, type_name: str) -> Counter[str]:
     return seen
 
 
+def _clocked_counting_client(
+    env: IntegrationEnv, types: JobTypes, clock: FrozenClock
+) -> tuple[StateProxy, Client]:
+    """A client whose state is the pair's seen through ``clock``, behind a counting proxy.
+
+    The proxy wraps the clocked state (not the other way round): the clock fills every
+    operation's ``now`` before the proxy sees it, and the client reads the same clock.
+    """
+    proxy = StateProxy(clocked_state(env.state, clock))
+    return proxy, Client(as_state(proxy), env.notify, types, clock=clock)
+
+
+def _at_least(count: Callable[[], int], wanted: int) -> Callable[[], Awaitable[bool]]:
+    """A probe for ``env.wait_for``: true once ``count()`` reached ``wanted``."""
+
+    async def probe() -> bool:
+        return count() >= wanted
+
+    return probe
+
+
 class TypeLimitTests(IntegrationSuiteBase):
-    """``max_running`` and ``rate_limit`` hold across every worker's claims."""
+    """``max_running`` and ``rate_limit`` hold across every worker's claims.
+
+    Both cases run on a frozen clock (:meth:`IntegrationEnv.clock`): no lease or heartbeat
+    runs out while the handlers wait, so no job is rescued and run again beside itself (which
+    would count twice), and a rate window ends only when the case moves the clock.
+    """
 
     async def test_max_running_is_never_exceeded_across_workers(self, env: IntegrationEnv) -> None:
         limit = 2
         types = JobTypes()
         capped = types.define("capped", input=Num, output=None, entry=True, max_running=limit)
-        proxy = StateProxy(env.state)
+        clock = env.clock()
+        proxy, client = _clocked_counting_client(env, types, clock)
         claims = _count_held_back(proxy, "capped")
-        client = env.client(types, state=as_state(proxy))
-        running = 0
+        # Job ids of the handlers running now, and how often each job's handler started.
+        running: set[str] = set()
+        runs: Counter[str] = Counter()
         most = 0
-        lock = asyncio.Lock()
         full = asyncio.Event()
         release = asyncio.Event()
         procs = Processors()
 
         @procs.handler(capped)
         async def hold(attempt: Attempt[Num, None]) -> Completed:
-            nonlocal running, most
-            async with lock:
-                running += 1
-                most = max(most, running)
-                if running == limit:
-                    full.set()
+            nonlocal most
+            runs[attempt.job.id] += 1
+            running.add(attempt.job.id)
+            most = max(most, len(running))
+            if len(running) == limit:
+                full.set()
             try:
                 await release.wait()
             finally:
-                async with lock:
-                    running -= 1
+                # Before the completion: a handler leaves this set before its job stops
+                # counting as running in the store, so the set never overstates the store.
+                running.discard(attempt.job.id)
             return await attempt.complete(None)
 
         chains = [await env.start(client, capped, Num(n=i)) for i in range(8)]
@@ -80,23 +111,27 @@ class TypeLimitTests(IntegrationSuiteBase):
         await env.wait_event(full, f"{limit} capped jobs running")
         # Let every worker try (and fail) to claim more while the limit is reached.
         base = claims["held_back"]
-
-        async def tried() -> bool:
-            return claims["held_back"] >= base + WORKERS
-
-        await env.wait_for(tried, "capped claims held back by max_running")
+        await env.wait_for(
+            _at_least(lambda: claims["held_back"], base + WORKERS), "capped claims held back by max_running"
+        )
         assert most == limit
+        assert len(runs) == limit
         release.set()
         await env.await_chains(client, [c.id for c in chains])
         assert most == limit
+        # Each job ran once: the count above is of distinct jobs, none re-run beside itself.
+        assert sorted(runs) == sorted(c.id for c in chains)
+        assert set(runs.values()) == {1}
 
     async def test_rate_limit_caps_starts_per_window(self, env: IntegrationEnv) -> None:
-        rate = RateLimit(limit=3, per=timedelta(milliseconds=400))
+        rate = RateLimit(limit=3, per=timedelta(minutes=1))
+        total = 10
         types = JobTypes()
         metered = types.define("metered", input=Num, output=None, entry=True, rate_limit=rate)
-        proxy = StateProxy(env.state)
+        clock = env.clock()
+        first_window = rate.window_start(clock())
+        proxy, client = _clocked_counting_client(env, types, clock)
         claims = _count_held_back(proxy, "metered")
-        client = env.client(types, state=as_state(proxy))
         started: list[datetime] = []
         procs = Processors()
 
@@ -106,16 +141,33 @@ class TypeLimitTests(IntegrationSuiteBase):
             started.append(attempt.job.attempt_started_at)
             return await attempt.complete(None)
 
-        chains = [await env.start(client, metered, Num(n=i)) for i in range(10)]
+        chains = [await env.start(client, metered, Num(n=i)) for i in range(total)]
         workers = [env.worker(client, procs, concurrency=4, name=f"metered-{i}") for i in range(WORKERS)]
         for worker in workers:
             await worker.start()
+        expected = [rate.limit, rate.limit, rate.limit, total - 3 * rate.limit]
+        reached = 0
+        for window, count in enumerate(expected):
+            reached += count
+            await env.wait_for(
+                _at_least(lambda: len(started), reached), f"{reached} starts by window {window}"
+            )
+            if reached == total:
+                break
+            # The window is full and the clock stands still: the workers keep claiming and
+            # every claim is held back; nothing more starts until the case moves the clock.
+            base = claims["held_back"]
+            await env.wait_for(
+                _at_least(lambda: claims["held_back"], base + WORKERS), f"claims held back in window {window}"
+            )
+            assert len(started) == reached, (window, len(started))
+            clock.advance(rate.per)
         await env.await_chains(client, [c.id for c in chains])
-        # The backend stamps each start with the clock it counts windows by.
+        # The backend stamps each start with the clock it counts windows by: the case's.
         per_window = Counter(rate.window_start(at) for at in started)
-        assert len(started) == 10
-        assert max(per_window.values()) <= rate.limit
-        assert claims["held_back"] >= 1
+        assert len(started) == total
+        assert [per_window[first_window + i * rate.per] for i in range(len(expected))] == expected
+        assert sum(per_window.values()) == total
 
 
 class PauseTests(IntegrationSuiteBase):
@@ -125,7 +177,9 @@ class PauseTests(IntegrationSuiteBase):
         types = JobTypes()
         pausable = types.define("pausable", input=Num, output=None, entry=True)
         free = types.define("free", input=Num, output=None, entry=True)
-        client = env.client(types)
+        # A frozen clock: no lease or heartbeat of the three workers runs out, so every job
+        # runs exactly once and ``ran`` counts jobs.
+        client = env.client(types, clock=env.clock())
         ran: list[str] = []
         procs = Processors()
 
