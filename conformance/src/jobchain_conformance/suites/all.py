@@ -65,6 +65,8 @@ from jobchain_conformance.suites.state_delete import ChainsDeleteTests
 from jobchain_conformance.suites.state_isolation import ConcurrencyTests, ReadIsolationTests
 from jobchain_conformance.suites.state_leases import JobCompleteTests, JobRenewLeaseTests, JobRescheduleTests
 from jobchain_conformance.suites.state_lifecycle import LifecycleStateTests
+from jobchain_conformance.suites.state_lifecycle_cancel import ChainsCancelTests
+from jobchain_conformance.suites.state_lifecycle_fail import ErrorHistoryTests, JobFailTests
 from jobchain_conformance.suites.state_listing import (
     BlockedJobsListTests,
     ChainJobsListTests,
@@ -167,6 +169,11 @@ class ClaimStateSuite(
     FencingAfterReleaseTests,
     ConcurrentReleaseTests,
     NextLeaseExpiryTests,
+    JobAttemptTimesTests,
+    ErrorHistoryTests,
+    JobFailTests,
+    ChainsCancelTests,
+    ResultOrderTests,
     PriorityStateTests,
     AgingTests,
     MaxRunningTests,
@@ -181,8 +188,9 @@ class ClaimStateSuite(
     SchedulingModelTests,
     StateSuiteBase,
 ):
-    """The state cases that exercise claims and reaps: every claim rule, lease, release and
-    concurrent claim, and the two models.
+    """The state cases that exercise claims and reaps: every claim rule, the order and the
+    fields a claim or a reap writes, what is never claimed (failed, cancelled), releases,
+    concurrent claims, and the two models.
 
     For a backend with more than one claim strategy (jobchain-postgres: ``skip-locked`` and
     ``atomic-update``): run :class:`StateAdapterSuite` on one strategy and this suite on each
