@@ -21,7 +21,7 @@ from jobchain import (
 from jobchain.entities import new_id
 from jobchain.worker import Attempt, Completed, Processors
 from jobchain_conformance.suites._integration_base import IntegrationEnv, Num, Total
-from jobchain_conformance.suites.integration_lifecycle_client_support import fail_now
+from jobchain_conformance.suites.integration_lifecycle_client_support import awaiting, fail_now
 
 LATER = Schedule.in_seconds(3600)
 
@@ -53,9 +53,8 @@ class AwaitChainTests:
         procs = _two_steps(types)
         client = env.client(types)
         started = await env.start(client, types.get("head"), Num(n=1))
-        waiters = [asyncio.ensure_future(env.await_chain(client, started.id)) for _ in range(3)]
-        await asyncio.sleep(0)
-        assert not any(w.done() for w in waiters)
+        waiters = await awaiting(env, types, started.id, waiters=3)
+        assert not any(w.done() for w in waiters)  # no worker yet: nothing can end them
 
         async with env.worker(client, procs):
             chains = await asyncio.gather(*waiters)
@@ -95,10 +94,7 @@ class AwaitChainTests:
         _two_steps(types)
         client = env.client(types)
         started = await env.start(client, types.get("head"), Num(n=1), schedule=LATER)
-        waiter = asyncio.ensure_future(
-            client.await_chain(started.id, timeout=env.wait_timeout, poll_interval=env.poll_interval)
-        )
-        await asyncio.sleep(0)
+        [waiter] = await awaiting(env, types, started.id)
         async with client.transaction() as tx:
             await client.delete_chain(tx, started.id)
         with pytest.raises(ChainNotFoundError):
@@ -130,10 +126,7 @@ class AwaitChainTests:
         started = await env.start(client, doomed, Num(n=9))
         # With a notify backend only the chain-finished notice can end this wait in time.
         poll = 3600 if env.notify is not None else env.poll_interval
-        waiter = asyncio.ensure_future(
-            client.await_chain(started.id, timeout=env.wait_timeout, poll_interval=poll)
-        )
-        await asyncio.sleep(0)
+        [waiter] = await awaiting(env, types, started.id, poll_interval=poll)
         async with env.worker(client, procs):
             with pytest.raises(ChainFailedError) as failed:
                 await waiter
@@ -152,10 +145,7 @@ class AwaitChainTests:
         client = env.client(types)
         started = await env.start(client, types.get("head"), Num(n=1), schedule=LATER)
         poll = 3600 if env.notify is not None else env.poll_interval
-        waiter = asyncio.ensure_future(
-            client.await_chain(started.id, timeout=env.wait_timeout, poll_interval=poll)
-        )
-        await asyncio.sleep(0)
+        [waiter] = await awaiting(env, types, started.id, poll_interval=poll)
         async with client.transaction() as tx:
             await client.cancel_chain(tx, started.id, reason="no longer wanted")
         with pytest.raises(ChainCancelledError) as cancelled:

@@ -17,7 +17,7 @@ from jobchain import (
 )
 from jobchain.worker import AbortReason, Attempt, Completed, Processors
 from jobchain_conformance.suites._integration_base import IntegrationEnv, Num, Tag, Total
-from jobchain_conformance.suites.integration_lifecycle_client_support import LATER, is_status
+from jobchain_conformance.suites.integration_lifecycle_client_support import LATER, awaiting, is_status
 
 
 class ClientCancelTests:
@@ -102,8 +102,7 @@ class ClientCancelTests:
         blocker = await env.start(client, source, Num(n=1), schedule=LATER)
         strict = await env.start(client, needs, Num(n=2), blockers=[blocker])
         tolerant = await env.start(client, anyway, Num(n=3), blockers=[blocker])
-        waiter = asyncio.ensure_future(env.await_chain(client, strict.id))
-        await asyncio.sleep(0)
+        [waiter] = await awaiting(env, types, strict.id)
 
         async with client.transaction() as tx:
             await client.cancel_chain(tx, blocker.id, reason="obsolete")
@@ -153,11 +152,12 @@ class ClientCancelTests:
                 finished.set()
 
         client = env.client(types)
-        async with env.worker(client, procs):
+        # Without a notify adapter the worker learns of the cancel at its next renewal: renew
+        # often so that comes soon (the lease is still long; nothing here lets it lapse).
+        async with env.worker(client, procs, lease=env.renewing_lease):
             started = await env.start(client, slow, None)
             await env.wait_event(running, "the handler to start")
-            waiter = asyncio.ensure_future(env.await_chain(client, started.id))
-            await asyncio.sleep(0)
+            [waiter] = await awaiting(env, types, started.id)
             async with client.transaction() as tx:
                 chain = await client.cancel_chain(tx, started.id, reason="stop it")
             assert chain.status is JobStatus.CANCELLED

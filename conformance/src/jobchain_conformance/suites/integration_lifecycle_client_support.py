@@ -1,16 +1,18 @@
-"""Shared pieces of the client lifecycle cases: job types, failing a job through the state
-transaction, reading states back."""
+"""Shared pieces of the client lifecycle and await cases: job types, failing a job through the
+state transaction, reading states back, waiters that are surely waiting."""
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Callable, Sequence
 from datetime import UTC, datetime
 
-from jobchain import AttemptError, Client, FailJob, Job, JobStatus, JobTypes, Schedule
+from jobchain import AttemptError, Chain, Client, FailJob, Job, JobStatus, JobTypes, Schedule
 from jobchain.completion import buffer_failed
 from jobchain.contracts.state import JobFail, JobFailed
 from jobchain.worker import Attempt, Completed, Processors
 from jobchain_conformance.suites._integration_base import IntegrationEnv, Num, Total
+from jobchain_conformance.suites._integration_wrappers import StateProxy, as_state
 
 LATER = Schedule.in_seconds(3600)
 """Keeps a job pending (not due) so no worker takes it."""
@@ -60,3 +62,36 @@ def is_status(*wanted: JobStatus) -> Callable[[Job], bool]:
         return job.status in wanted
 
     return check
+
+
+async def awaiting(
+    env: IntegrationEnv,
+    types: JobTypes,
+    chain_id: str,
+    *,
+    poll_interval: float | None = None,
+    waiters: int = 1,
+) -> list[asyncio.Future[Chain]]:
+    """Start ``waiters`` ``await_chain`` calls; return once each has made its first check.
+
+    A wait subscribes to the chain's notice before its first check, so whatever the case does
+    next happens while the chain is awaited, never before it (no sleep decides the order).
+    Each waiter reads through a counting proxy of its own, so the check counted is its own.
+    """
+    poll = env.poll_interval if poll_interval is None else poll_interval
+    proxies = [StateProxy(env.state) for _ in range(waiters)]
+    futures = [
+        asyncio.ensure_future(
+            env.client(types, state=as_state(proxy)).await_chain(
+                chain_id, timeout=env.wait_timeout, poll_interval=poll
+            )
+        )
+        for proxy in proxies
+    ]
+
+    async def checked() -> bool:
+        # A waiter that already ended (an error) lets the case see its outcome at once.
+        return all(p.calls["chain_get"] > 0 or f.done() for p, f in zip(proxies, futures, strict=True))
+
+    await env.wait_for(checked, f"{waiters} waiter(s) to make their first check")
+    return futures

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import threading
+from collections.abc import Callable
 from datetime import timedelta
 from typing import Any
 
@@ -11,14 +12,36 @@ from jobchain import FailJob, Job, JobStatus, JobTypes
 from jobchain.contracts import JobReschedule, JobsAcquire
 from jobchain.entities import Schedule
 from jobchain.worker import AbortReason, Attempt, Completed, Processors
-from jobchain_conformance.suites._integration_base import IntegrationEnv, IntegrationSuiteBase, Num, Total
+from jobchain_conformance.suites._integration_base import (
+    PARKED,
+    IntegrationEnv,
+    IntegrationSuiteBase,
+    Num,
+    Total,
+)
 
 TINY_TIMEOUT = 0.05
-"""A handler deadline the cases only ever see pass (they never assert how soon)."""
+"""A handler deadline the cases only ever see pass (they never assert how soon). Only attempts
+that must time out run under it: a retry that must succeed runs under a processor without it."""
+
+
+NO_DEADLINE = 3600.0
+"""A handler deadline no case reaches: it overrides a type's tiny one for a retry that must succeed."""
 
 
 def _is_failed(job: Job) -> bool:
     return job.status is JobStatus.FAILED
+
+
+def _failed_attempt(attempt: int) -> Callable[[Job], bool]:
+    """A job check: attempt ``attempt`` failed and the job is pending again (parked)."""
+
+    def check(job: Job) -> bool:
+        return (
+            job.status is JobStatus.PENDING and job.attempt == attempt and job.last_attempt_error is not None
+        )
+
+    return check
 
 
 def _always_failing(types: JobTypes, name: str, **define: Any) -> tuple[Any, list[int]]:
@@ -198,23 +221,31 @@ class WorkerLimitTests(IntegrationSuiteBase):
     ) -> None:
         types = JobTypes()
         job_type = types.define("slow", input=Num, output=Total, entry=True, timeout=TINY_TIMEOUT)
-        procs = Processors()
         reasons: list[AbortReason | None] = []
+        # The type's tiny deadline governs the first worker; the retry runs under a second
+        # worker whose processor sets a deadline no attempt reaches (a processor's deadline
+        # wins over its type's), so a slow machine cannot time the retry out too.
+        timed = Processors()
 
-        @procs.handler(job_type)
-        async def handle(attempt: Attempt[Num, Total]) -> Completed:
-            if attempt.job.attempt == 1:
-                async with asyncio.timeout(env.wait_timeout):
-                    reasons.append(await attempt.signal.wait())
-                # Carries on past its deadline: the completion is refused.
-                return await attempt.complete(Total(total=-1))
+        @timed.handler(job_type)
+        async def wait_out(attempt: Attempt[Num, Total]) -> Completed:
+            async with asyncio.timeout(env.wait_timeout):
+                reasons.append(await attempt.signal.wait())
+            # Carries on past its deadline: the completion is refused.
+            return await attempt.complete(Total(total=-1))
+
+        patient = Processors()
+
+        @patient.handler(job_type, timeout=NO_DEADLINE)
+        async def finish(attempt: Attempt[Num, Total]) -> Completed:
             return await attempt.complete(Total(total=attempt.job.attempt))
 
         client = env.client(types)
-        async with env.worker(client, procs):
-            started = await env.start(client, job_type, Num(n=0))
-            chain = await env.await_chain(client, started.id)
+        started = await env.start(client, job_type, Num(n=0))
+        failed = await env.run_until_failed(client, timed, started.id)
         assert reasons == [AbortReason.TIMEOUT]
+        assert [(e.attempt, e.error_type) for e in failed.attempt_errors] == [(1, "JobTimeoutError")]
+        chain = await env.retry_now(client, patient, started.id, started.id)
         assert chain.output == {"total": 2}
         job = await env.job(client, started.id)
         assert [(e.attempt, e.error_type) for e in job.attempt_errors] == [(1, "JobTimeoutError")]
@@ -248,23 +279,34 @@ class WorkerLimitTests(IntegrationSuiteBase):
     async def test_a_sync_handler_past_its_deadline_fails_its_attempt(self, env: IntegrationEnv) -> None:
         types = JobTypes()
         job_type = types.define("blocking", input=Num, output=Total, entry=True)
-        procs = Processors()
         release = threading.Event()
 
-        def handle(attempt: Attempt[Num, Total]) -> Total:
-            if attempt.job.attempt == 1:
-                release.wait(env.wait_timeout)  # Python cannot stop this thread
-                return Total(total=-1)  # ignored: the attempt already failed
+        def block(attempt: Attempt[Num, Total]) -> Total:
+            release.wait(env.wait_timeout)  # Python cannot stop this thread
+            return Total(total=-1)  # ignored: the attempt already failed
+
+        def finish(attempt: Attempt[Num, Total]) -> Total:
             return Total(total=attempt.job.attempt)
 
-        procs.register(job_type, handle, timeout=TINY_TIMEOUT)
+        # The first worker's processor has the tiny deadline; the retry runs under a second
+        # worker whose processor has none, so a slow machine cannot time the retry out too.
+        timed = Processors()
+        timed.register(job_type, block, timeout=TINY_TIMEOUT)
+        untimed = Processors()
+        untimed.register(job_type, finish)
         client = env.client(types)
+        started = await env.start(client, job_type, Num(n=0))
         try:
-            async with env.worker(client, procs):
-                started = await env.start(client, job_type, Num(n=0))
-                chain = await env.await_chain(client, started.id)
+            async with env.worker(client, timed, retry=PARKED):
+                # The attempt fails while its thread still blocks: the deadline does not wait.
+                failed = await env.wait_job(
+                    client, started.id, _failed_attempt(1), "the blocked attempt to time out"
+                )
+                release.set()  # the thread may end now; the worker stops without waiting on it
         finally:
             release.set()
+        assert [(e.attempt, e.error_type) for e in failed.attempt_errors] == [(1, "JobTimeoutError")]
+        chain = await env.retry_now(client, untimed, started.id, started.id)
         assert chain.output == {"total": 2}
         job = await env.job(client, started.id)
         assert [(e.attempt, e.error_type) for e in job.attempt_errors] == [(1, "JobTimeoutError")]

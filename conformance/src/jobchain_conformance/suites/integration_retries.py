@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from datetime import timedelta
 from typing import Any
 
@@ -20,6 +21,17 @@ def _gap(job: Job) -> timedelta:
     """How far after the failure the retry was scheduled."""
     assert job.last_attempt_at is not None
     return job.scheduled_at - job.last_attempt_at
+
+
+def _failed_attempt(attempt: int) -> Callable[[Job], bool]:
+    """A job check: attempt ``attempt`` failed and the job waits for its retry."""
+
+    def check(job: Job) -> bool:
+        return (
+            job.status is JobStatus.PENDING and job.attempt == attempt and job.last_attempt_error is not None
+        )
+
+    return check
 
 
 def _close(env: IntegrationEnv, actual: timedelta, expected: timedelta) -> bool:
@@ -117,20 +129,33 @@ class RetryTests:
 
     async def test_backoff_grows_exponentially_up_to_its_cap(self, env: IntegrationEnv) -> None:
         types = JobTypes()
-        backoff = Backoff(
-            initial=timedelta(milliseconds=20), multiplier=2, maximum=timedelta(milliseconds=50)
-        )
+        backoff = Backoff(initial=timedelta(seconds=20), multiplier=2, maximum=timedelta(seconds=50))
         procs, seen = _flaky(types, failures=4)
-        client = env.client(types)
+        # Retries come due on the case's frozen clock only: each is measured in the store
+        # (scheduled_at - last_attempt_at), then the case moves the clock to it.
+        clock = env.clock()
+        client = env.client(types, clock=clock)
+        expected = [timedelta(seconds=s) for s in (20, 40, 50, 50)]
+        gaps: list[timedelta] = []
         async with env.worker(client, procs, retry=backoff):
             started = await env.start(client, types.get("flaky"), Num(n=1))
-            await env.await_chain(client, started.id)
+            for attempt, want in enumerate(expected, start=1):
+                failed = await env.wait_job(
+                    client, started.id, _failed_attempt(attempt), f"attempt {attempt} to fail"
+                )
+                gaps.append(_gap(failed))
+                assert _close(env, gaps[-1], want), (gaps, expected)
+                # Not due before its backoff: no attempt started while the clock stood still.
+                assert len(seen) == attempt
+                clock.set(failed.scheduled_at)
+            chain = await env.await_chain(client, started.id)
 
-        gaps = [_gap(job) for job in seen[1:]]
-        expected = [timedelta(milliseconds=ms) for ms in (20, 40, 50, 50)]
-        assert len(gaps) == 4
-        for gap, want in zip(gaps, expected, strict=True):
-            assert _close(env, gap, want), (gaps, expected)
+        assert chain.output == {"total": 5}
+        assert [job.attempt for job in seen] == [1, 2, 3, 4, 5]
+        # Each retry was claimed at (never before) the time its backoff scheduled it.
+        for job in seen[1:]:
+            assert job.attempt_started_at is not None
+            assert job.attempt_started_at >= job.scheduled_at, job
 
     async def test_retry_settings_resolve_processor_then_type_then_registry_then_worker(
         self, env: IntegrationEnv

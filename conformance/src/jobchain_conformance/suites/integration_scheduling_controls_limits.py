@@ -21,7 +21,6 @@ from jobchain import Client, JobStatus, JobTypes
 from jobchain.contracts import JobsAcquire, JobsAcquired, StateTx
 from jobchain.entities import RateLimit
 from jobchain.errors import InvalidArgumentError
-from jobchain.testing import FrozenClock, clocked_state
 from jobchain.worker import Attempt, Completed, Processors
 from jobchain_conformance.suites._integration_base import IntegrationEnv, IntegrationSuiteBase, Num
 from jobchain_conformance.suites._integration_wrappers import StateProxy, as_state
@@ -42,18 +41,6 @@ def _count_held_back(proxy: StateProxy, type_name: str) -> Counter[str]:
 
     proxy.overrides["jobs_acquire"] = acquire
     return seen
-
-
-def _clocked_counting_client(
-    env: IntegrationEnv, types: JobTypes, clock: FrozenClock
-) -> tuple[StateProxy, Client]:
-    """A client whose state is the pair's seen through ``clock``, behind a counting proxy.
-
-    The proxy wraps the clocked state (not the other way round): the clock fills every
-    operation's ``now`` before the proxy sees it, and the client reads the same clock.
-    """
-    proxy = StateProxy(clocked_state(env.state, clock))
-    return proxy, Client(as_state(proxy), env.notify, types, clock=clock)
 
 
 def _at_least(count: Callable[[], int], wanted: int) -> Callable[[], Awaitable[bool]]:
@@ -78,7 +65,8 @@ class TypeLimitTests(IntegrationSuiteBase):
         types = JobTypes()
         capped = types.define("capped", input=Num, output=None, entry=True, max_running=limit)
         clock = env.clock()
-        proxy, client = _clocked_counting_client(env, types, clock)
+        proxy = StateProxy(env.state)
+        client = env.client(types, state=as_state(proxy), clock=clock)
         claims = _count_held_back(proxy, "capped")
         # Job ids of the handlers running now, and how often each job's handler started.
         running: set[str] = set()
@@ -130,7 +118,8 @@ class TypeLimitTests(IntegrationSuiteBase):
         metered = types.define("metered", input=Num, output=None, entry=True, rate_limit=rate)
         clock = env.clock()
         first_window = rate.window_start(clock())
-        proxy, client = _clocked_counting_client(env, types, clock)
+        proxy = StateProxy(env.state)
+        client = env.client(types, state=as_state(proxy), clock=clock)
         claims = _count_held_back(proxy, "metered")
         started: list[datetime] = []
         procs = Processors()
