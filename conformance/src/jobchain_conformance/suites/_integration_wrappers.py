@@ -1,8 +1,9 @@
 """Adapter wrappers the integration cases use to misbehave on purpose, for any backend.
 
 * :class:`StateProxy` delegates to a real state adapter and can hold transactions at a
-  gate (a frozen worker), fail the next N transactions with TransientStateError (a flaky
-  database), count operations and override single operations.
+  gate (a frozen worker, whose last transactions a case can wait out), fail the next N
+  transactions with TransientStateError (a flaky database), count operations and override
+  single operations.
 * :class:`DroppingNotify` loses every message (a broker that drops everything);
   :class:`UnreachableNotify` fails every call (a broker that is down).
 
@@ -12,6 +13,7 @@ Closing a wrapper never closes the wrapped adapter: the suite fixtures own it.
 from __future__ import annotations
 
 import asyncio
+import inspect
 from collections import Counter
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
@@ -36,7 +38,12 @@ Override = Callable[[StateTx, Any], Awaitable[Any]]
 
 
 class _TxProxy:
-    """Delegates every operation to the real transaction, counting and applying overrides."""
+    """Delegates every operation to the real transaction, counting and applying overrides.
+
+    Built per class of real transaction (:func:`_tx_proxy`) with a real method for each of its
+    operations, so wrappers that read a class's methods (``jobchain.testing.clocked_state``)
+    and runtime protocol checks see the same operations as on the real transaction.
+    """
 
     def __init__(self, inner: StateTx, owner: StateProxy) -> None:
         self._inner = inner
@@ -45,25 +52,50 @@ class _TxProxy:
     @asynccontextmanager
     async def _savepoint(self) -> AsyncIterator[StateTx]:
         async with self._inner.savepoint() as inner:
-            yield cast(StateTx, _TxProxy(inner, self._owner))
+            yield _tx_proxy(inner, self._owner)
 
     def savepoint(self) -> AbstractAsyncContextManager[StateTx]:
         return self._savepoint()
 
-    def __getattr__(self, name: str) -> Any:
-        target = getattr(self._inner, name)
-        if name.startswith("_") or not callable(target):
-            return target
+    async def _call(self, name: str, params: Any) -> Any:
         owner = self._owner
+        owner.calls[name] += 1
+        override = owner.overrides.get(name)
+        if override is not None:
+            return await override(self._inner, params)
+        return await getattr(self._inner, name)(params)
 
-        async def call(params: Any) -> Any:
-            owner.calls[name] += 1
-            override = owner.overrides.get(name)
-            if override is not None:
-                return await override(self._inner, params)
-            return await target(params)
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._inner, name)  # data, and anything set on the instance only
 
-        return call
+
+_tx_proxy_classes: dict[type, type[_TxProxy]] = {}
+
+
+def _tx_proxy(inner: StateTx, owner: StateProxy) -> StateTx:
+    """``inner`` behind a :class:`_TxProxy` with a method for each operation of its class."""
+    inner_class = type(inner)
+    proxy_class = _tx_proxy_classes.get(inner_class)
+    if proxy_class is None:
+        # Operations (coroutine methods) are counted; any other method is left to __getattr__.
+        operations = {
+            name: _counted(name)
+            for name in dir(inner_class)
+            if not name.startswith("_")
+            and name != "savepoint"
+            and inspect.iscoroutinefunction(getattr(inner_class, name))
+        }
+        proxy_class = type(f"_TxProxyOf{inner_class.__name__}", (_TxProxy,), operations)
+        _tx_proxy_classes[inner_class] = proxy_class
+    return cast(StateTx, proxy_class(inner, owner))
+
+
+def _counted(name: str) -> Callable[[_TxProxy, Any], Awaitable[Any]]:
+    async def operation(self: _TxProxy, params: Any) -> Any:
+        return await self._call(name, params)
+
+    operation.__name__ = name
+    return operation
 
 
 class StateProxy:
@@ -78,6 +110,12 @@ class StateProxy:
         self.overrides: dict[str, Override] = {}
         self.failures_left = 0
         self.failures_injected = 0
+        self.open_transactions = 0
+        self.idle = asyncio.Event()
+        """Set while no transaction that got past the gate is open. After :meth:`freeze`, wait
+        for it to know the frozen process has stopped writing: a renewal already under way
+        has landed (or failed), and nothing else gets through until :meth:`thaw`."""
+        self.idle.set()
         self._gate = asyncio.Event()
         self._gate.set()
 
@@ -110,13 +148,22 @@ class StateProxy:
 
     @asynccontextmanager
     async def _transaction(self, read_only: bool, connection: object | None) -> AsyncIterator[StateTx]:
-        await self._gate.wait()
+        # Checked again after waking: a freeze() right after a thaw() holds the waiters too.
+        while not self._gate.is_set():
+            await self._gate.wait()
         if self.failures_left > 0:
             self.failures_left -= 1
             self.failures_injected += 1
             raise TransientStateError("injected transient failure (integration suite)")
-        async with self.inner.transaction(read_only=read_only, connection=connection) as tx:
-            yield cast(StateTx, _TxProxy(tx, self))
+        self.open_transactions += 1
+        self.idle.clear()
+        try:
+            async with self.inner.transaction(read_only=read_only, connection=connection) as tx:
+                yield _tx_proxy(tx, self)
+        finally:
+            self.open_transactions -= 1
+            if self.open_transactions == 0:
+                self.idle.set()
 
     def transaction(
         self, *, read_only: bool = False, connection: object | None = None

@@ -5,10 +5,9 @@ from __future__ import annotations
 import asyncio
 import threading
 from collections import Counter
-from datetime import timedelta
 
 from jobchain import ChainStart, JobTypes
-from jobchain.worker import Attempt, Completed, LeaseConfig, Processors
+from jobchain.worker import Attempt, Completed, Processors
 from jobchain_conformance.suites._integration_base import IntegrationEnv, Num, Tag, Total
 
 
@@ -95,11 +94,10 @@ class WorkerConcurrencyTests:
             return await attempt.complete(Total(total=sum(c.output["total"] for c in chains)))
 
         clients = [env.client(types) for _ in range(3)]
-        # A lease far beyond any lock wait (a database may take a second to detect a deadlock): this
-        # case is about concurrent claims, not lease expiry, and an expired lease rightly lets
-        # another worker run the job again.
-        lease = LeaseConfig(duration=timedelta(seconds=30), renew_every=timedelta(seconds=5))
-        workers = [env.worker(c, procs, concurrency=4, lease=lease) for c in clients]
+        # The suite's lease (30 s) is far beyond any lock wait (a database may take a second to
+        # detect a deadlock): this case is about concurrent claims, not lease expiry, and an
+        # expired lease rightly lets another worker run the job again.
+        workers = [env.worker(c, procs, concurrency=4) for c in clients]
         client = clients[0]
         count = 40
         heads = await env.start_many(

@@ -173,7 +173,9 @@ class DeletionTests:
             return await attempt.complete(Total(total=attempt.input.n))
 
         client = env.client(types)
-        async with env.worker(client, procs, concurrency=2):
+        # Renewed every 50 ms: a pair without notifications learns of the deletion at the next
+        # renewal, soon; with notifications the worker hears of it at once.
+        async with env.worker(client, procs, concurrency=2, lease=env.renewing_lease):
             started = await env.start(client, slow, Num(n=1))
             await env.wait_event(stalling.running, "the staged handler to start")
             async with client.transaction() as tx:
@@ -332,7 +334,9 @@ class WorkerlessCompletionTests:
         procs.register(slow, stalling)
         client = env.client(types)
 
-        async with env.worker(client, procs):
+        # Renewed every 50 ms: without notifications the worker learns of the completion at
+        # its next renewal, soon.
+        async with env.worker(client, procs, lease=env.renewing_lease):
             started = await env.start(client, slow, Num(n=1))
             await env.wait_event(stalling.running, "the staged handler to start")
             async with client.transaction() as tx:

@@ -32,8 +32,9 @@ class Events:
 
 def _lease_for_cancel(env: IntegrationEnv) -> LeaseConfig:
     # With notifications, a lease renewed only every 20 s proves the signal came from them;
-    # polling only, the next renewal is how the worker learns (the suite's short lease).
-    return QUIET_LEASE if env.notify is not None else env.lease
+    # polling only, the next renewal is how the worker learns: one renewed every 50 ms (whose
+    # 30 s still outlast the case).
+    return QUIET_LEASE if env.notify is not None else env.renewing_lease
 
 
 class WorkerCancelTests(IntegrationSuiteBase):

@@ -13,7 +13,11 @@ reaper, over any (state, notify) pair:
 
 Leases that must not run out during a case last ten minutes, and the loop's poll interval
 and recovery backoff an hour, so only the mechanism under test can make a case pass within
-the suite's wait bound. Heartbeat intervals are a few hundredths of a second.
+the suite's wait bound. Nothing runs out in wall-clock time: registry rows and leases follow
+a clock of the case's own (:meth:`IntegrationEnv.clock`), which stands still until the case
+moves it past a worker's ``alive_for`` or a job's lease. Heartbeats come every few hundredths
+of a second of loop time, and a worker declares others dead only after its own heartbeats
+have succeeded for its ``alive_for`` of loop time (a second here).
 """
 
 from __future__ import annotations
@@ -25,6 +29,7 @@ from typing import Any, TypeVar
 
 from jobchain import ChainStart, JobchainError, JobStatus, JobTypes, WorkerState
 from jobchain.contracts import JobsAcquire, WorkerHeartbeat
+from jobchain.testing import FrozenClock
 from jobchain.worker import Attempt, Backoff, Completed, LeaseConfig, Processors
 from jobchain_conformance.suites._integration_base import IntegrationEnv, Num, Tag
 from jobchain_conformance.suites._integration_wrappers import StateProxy, as_state
@@ -40,8 +45,16 @@ T = TypeVar("T")
 BEAT = 0.05
 """Heartbeat interval of the workers in these cases (seconds)."""
 
-MISSED = 6
-"""Their missed heartbeats: alive_for is 0.3 s, which a loaded database's round trips fit in."""
+MISSED = 20
+"""Their missed heartbeats: alive_for is a second of loop time. A live worker releases dead
+workers' jobs once its own heartbeats have gone through for that long with no gap as long: a
+loaded machine's round trips and stalls fit in it. Death itself is on the case's clock."""
+
+GHOST_ALIVE_FOR = timedelta(seconds=30)
+"""How long the vanished worker's last heartbeat says it stays alive (on the case's clock)."""
+
+PAST = timedelta(seconds=1)
+"""How far past an ``alive_for`` or a lease the cases move the clock."""
 
 
 class RescueTests:
@@ -58,15 +71,19 @@ class RescueTests:
         async def handle(attempt: Attempt[Num, Num]) -> Completed:
             return await attempt.complete(Num(n=attempt.input.n + 1))
 
-        client = env.client(types)
+        clock = env.clock()
+        client = env.client(types, clock=clock)
         started = await env.start(client, work, Num(n=1))
         # A worker registers, claims the job for ten minutes, and is never heard of again.
         async with env.state.transaction() as tx:
-            await tx.worker_heartbeat(_beat("ghost-1", alive_for=timedelta(milliseconds=50)))
+            await tx.worker_heartbeat(_beat("ghost-1", alive_for=GHOST_ALIVE_FOR, clock=clock))
             claimed = await tx.jobs_acquire(
-                JobsAcquire(type_names=["work"], worker_id="ghost-1", lease_for=TEN_MINUTES.duration)
+                JobsAcquire(
+                    type_names=["work"], worker_id="ghost-1", lease_for=TEN_MINUTES.duration, now=clock()
+                )
             )
         assert [job.id for job in claimed.jobs] == [started.id]
+        clock.advance(GHOST_ALIVE_FOR + PAST)  # the ghost's row lapses; its lease has minutes left
 
         live = env.worker(client, procs, heartbeat_interval=BEAT, missed_heartbeats=MISSED)
         async with live:
@@ -106,18 +123,22 @@ class RescueTests:
                 raise
 
         proxy = StateProxy(env.state)
-        client = env.client(types)
+        clock = env.clock()
+        client = env.client(types, clock=clock)
         options: dict[str, Any] = {
             "heartbeat_interval": BEAT,
             "missed_heartbeats": MISSED,
             "lease": TEN_MINUTES,
         }
-        stalled = env.worker(env.client(types, state=as_state(proxy)), procs, **options)
+        stalled = env.worker(env.client(types, state=as_state(proxy), clock=clock), procs, **options)
         rescuer = env.worker(client, procs, **options)
         async with stalled:
             started = await env.start(client, work, None)
             await env.wait_event(running, "the first worker to start the job")
             proxy.freeze()  # no heartbeat, no renewal, nothing: a hung process
+            await env.wait_event(proxy.idle, "the stalled worker's last heartbeat to land")
+            # Its row lapses on the clock; its lease has minutes left.
+            clock.advance(timedelta(seconds=BEAT * MISSED) + PAST)
             try:
                 async with rescuer:
                     chain = await env.await_chain(client, started.id)
@@ -140,16 +161,23 @@ class RescueTests:
         types = JobTypes()
         work = types.define("work", input=Num, output=Num, entry=True)
         procs = Processors()
-        client = env.client(types)
+        clock = env.clock()
+        client = env.client(types, clock=clock)
         victim = await env.start(client, work, Num(n=-1))
         # The oldest job, claimed by a worker that vanished (no registry row): only its lease
         # expiry can bring it back.
         async with env.state.transaction() as tx:
             claimed = await tx.jobs_acquire(
-                JobsAcquire(type_names=["work"], worker_id="ghost-0", lease_for=env.short_lease.duration)
+                JobsAcquire(
+                    type_names=["work"],
+                    worker_id="ghost-0",
+                    lease_for=env.renewing_lease.duration,
+                    now=clock(),
+                )
             )
         assert [job.id for job in claimed.jobs] == [victim.id]
         backlog_at_rescue: list[int] = []
+        busy = asyncio.Event()
 
         @procs.handler(work)
         async def handle(attempt: Attempt[Num, Num]) -> Completed:
@@ -159,12 +187,28 @@ class RescueTests:
             else:
                 # Every job done brings two younger ones: no claim ever comes back empty.
                 await env.start_many(client, [ChainStart(job_type=work, input=Num(n=k)) for k in (1, 2)])
+                busy.set()
             return await attempt.complete(attempt.input)
 
         await env.start_many(client, [ChainStart(job_type=work, input=Num(n=k)) for k in range(20)])
-        # An hour between polls: only the reaper's own timer can reap during this case.
-        worker = env.worker(client, procs, concurrency=4, poll_interval=3600, heartbeat_interval=BEAT)
+        # An hour between polls: only the reaper's own timer can reap during this case. Its
+        # reaps are counted, so the lease runs out only after the one it makes at start.
+        counted = StateProxy(env.state)
+        worker = env.worker(
+            env.client(types, state=as_state(counted), clock=clock),
+            procs,
+            concurrency=4,
+            poll_interval=3600,
+            heartbeat_interval=BEAT,
+        )
         async with worker:
+
+            async def reaped_once() -> bool:
+                return counted.calls["jobs_reap_expired"] >= 1
+
+            await env.wait_for(reaped_once, "the worker's reap at start")
+            await env.wait_event(busy, "the worker to work through the backlog")
+            clock.advance(env.renewing_lease.duration + PAST)  # the ghost's lease is over
             await env.wait_for(_async(lambda: backlog_at_rescue), "the expired job to run again")
 
         job = await env.job(client, victim.id)
@@ -203,7 +247,9 @@ class RescueTests:
         self, env: IntegrationEnv
     ) -> None:
         types = JobTypes()
-        brief = types.define("brief", input=None, output=Tag, entry=True, lease=env.short_lease)
+        # The brief type's lease (30 s) runs out when the clock passes it, the workers' (ten
+        # minutes) not.
+        brief = types.define("brief", input=None, output=Tag, entry=True, lease=env.renewing_lease)
         other = types.define("other", input=None, output=Tag, entry=True)
         procs = Processors()
         running = asyncio.Event()
@@ -219,15 +265,18 @@ class RescueTests:
         procs.register(brief, handle)
         procs.register(other, handle)
         proxy = StateProxy(env.state)
-        client = env.client(types)
+        clock = env.clock()
+        client = env.client(types, clock=clock)
         # The workers' own lease is ten minutes; the heartbeat is slow enough (alive_for of an
-        # hour) that only the brief type's own lease can rescue the job.
+        # hour and a half) that only the brief type's own lease can rescue the job.
         options: dict[str, Any] = {"lease": TEN_MINUTES, "heartbeat_interval": 1800}
-        stalled = env.worker(env.client(types, state=as_state(proxy)), procs, **options)
+        stalled = env.worker(env.client(types, state=as_state(proxy), clock=clock), procs, **options)
         async with stalled:
             started = await env.start(client, brief, None)
             await env.wait_event(running, "the job to start")
             proxy.freeze()
+            await env.wait_event(proxy.idle, "the stalled worker's last renewal to land")
+            clock.advance(env.renewing_lease.duration + PAST)
             try:
                 async with env.worker(client, procs, heartbeat_interval=BEAT, lease=TEN_MINUTES):
                     chain = await env.await_chain(client, started.id)
@@ -250,8 +299,9 @@ class RescueTests:
         async def handle(attempt: Attempt[None, None]) -> Completed:
             return await attempt.complete(None)
 
-        client = env.client(types)
-        # The default heartbeat (every 2 s, alive for 6 s): the first one is sent at start.
+        # The default heartbeat (every 2 s, alive for 6 s): the first one is sent at start. The
+        # clock stands still, so the row cannot lapse however long the next heartbeat takes.
+        client = env.client(types, clock=env.clock())
         worker = env.worker(client, procs, name="listed", concurrency=3)
         async with worker:
 
@@ -300,7 +350,7 @@ class RescueTests:
         assert proxy.failures_injected == 20
 
 
-def _beat(worker_id: str, *, alive_for: timedelta) -> WorkerHeartbeat:
+def _beat(worker_id: str, *, alive_for: timedelta, clock: FrozenClock) -> WorkerHeartbeat:
     return WorkerHeartbeat(
         worker_id=worker_id,
         name=worker_id.rsplit("-", 1)[0],
@@ -312,6 +362,7 @@ def _beat(worker_id: str, *, alive_for: timedelta) -> WorkerHeartbeat:
         inflight=1,
         state=WorkerState.RUNNING,
         alive_for=alive_for,
+        now=clock(),
     )
 
 
