@@ -196,10 +196,21 @@ class SchedulingTests:
         types = JobTypes()
         procs, _ = _counting_slice(types)
         task = types.get("task")
-        client = env.client(types)
+        clock = env.clock()
+        proxy = StateProxy(env.state)
+        client = env.client(types, state=as_state(proxy), clock=clock)
         started = await env.start(client, task, Num(n=1), schedule=Schedule.in_seconds(0.3))
-        # The worker must wake on its timer for the next scheduled job, not on its poll.
+        # The worker must wake on its timer for the next scheduled job, not on its poll: it
+        # first finds the job not yet due (the clock stands still), then the case moves the
+        # clock past it, which nothing announces. Only the timer can lead to the claim.
         async with env.worker(client, procs, poll_interval=3600):
+
+            async def looked() -> bool:
+                return proxy.calls["job_next_available"] > 0
+
+            await env.wait_for(looked, "the worker to find the job not yet due")
+            assert (await env.job(client, started.id)).attempt == 0
+            clock.advance(minutes=1)
             chain = await env.await_chain(client, started.id)
         job = await env.job(client, started.id)
         assert chain.output == {"total": 1}

@@ -171,6 +171,7 @@ class SyncAwaitTests:
     def test_await_chain_times_out_with_a_typed_error(self, env: SyncEnv) -> None:
         with env.client.transaction() as tx:
             started = env.client.start_chain(tx, env.item, Item(1))
+        # A timeout that must fire: nothing completes the chain, however slow the machine.
         with pytest.raises(WaitChainTimeoutError):
             env.client.await_chain(started.id, timeout=0.05, poll_interval=0.01)
 
@@ -268,6 +269,8 @@ class SyncWakeUpTests:
     def test_wake_ups_leave_after_the_commit_and_find_the_chain(self, env: SyncEnv) -> None:
         with env.client.transaction() as tx:
             started = env.client.start_chain(tx, env.item, Item(1))
+            # "Not yet": an early publish may still be on its way, so this can only pass
+            # falsely; ``visible`` below is the check that fails for a publish before commit.
             assert env.notify.published == []
         [publish] = env.notify.wait_published(1)
         assert publish.value == env.item.name
@@ -367,6 +370,8 @@ class SyncJoinedTests:
     ) -> None:
         with env.client.transaction(connection=caller_connection.connection) as tx:
             started = env.client.start_chain(tx, env.item, Item(1))
+        # "Not yet" checks can only pass falsely (a publish on its way); ``visible`` below is
+        # the check that fails for a wake-up sent before the commit.
         assert env.notify.published == [], "a wake-up left before the caller's commit"
         caller_connection.commit()
         if not caller_connection.reports_commit:
@@ -400,6 +405,7 @@ class SyncJoinedTests:
         env.notify.wait_published(1)
         with env.client.transaction() as own:
             env.client.start_chain(own, env.item, Item(2))
+        # A second send of the first flush may land after this count: it can only pass falsely.
         assert len(env.notify.wait_published(2)) == 2
 
 
