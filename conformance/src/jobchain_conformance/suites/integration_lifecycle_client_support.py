@@ -80,7 +80,7 @@ async def awaiting(
     """
     poll = env.poll_interval if poll_interval is None else poll_interval
     proxies = [StateProxy(env.state) for _ in range(waiters)]
-    futures = [
+    futures: list[asyncio.Future[Chain]] = [
         asyncio.ensure_future(
             env.client(types, state=as_state(proxy)).await_chain(
                 chain_id, timeout=env.wait_timeout, poll_interval=poll
