@@ -255,7 +255,14 @@ class Slots:
     # ------------------------------------------------------------------ stopping
 
     async def drain(self, deadline: float) -> None:
-        """Wait up to ``deadline`` seconds for in-flight attempts; then signal, cancel, hand back the rest."""
+        """Wait up to ``deadline`` seconds for in-flight attempts; then signal, cancel, hand back the rest.
+
+        Last, the freed-place announcements the attempts made are settled: none outlives stop().
+        """
+        await self._drain_attempts(deadline)
+        await self._settle_announcements()
+
+    async def _drain_attempts(self, deadline: float) -> None:
         if not self.inflight:
             return
         tasks = list(self.inflight.values())
@@ -275,6 +282,26 @@ class Slots:
             task.cancel()
         await asyncio.gather(*pending, return_exceptions=True)
         await self.release(job_ids)
+
+    async def _settle_announcements(self) -> None:
+        """Give freed-place announcements still in flight a moment, then cancel them.
+
+        An announcement left running would outlive the worker: it would publish on adapters its
+        owner closes next (or keep the event loop from closing, with a broker that does not
+        answer). Cancelling one loses little: capped workers elsewhere also poll their limits.
+        """
+        if not self._announcing:
+            return
+        _, pending = await asyncio.wait(set(self._announcing), timeout=SHUTDOWN_GRACE_SECONDS)
+        for task in pending:
+            task.cancel()
+        if pending:
+            # Bounded even so: a driver may swallow a cancellation and carry on.
+            _, stuck = await asyncio.wait(pending, timeout=SHUTDOWN_GRACE_SECONDS)
+            if stuck:
+                log.warning(
+                    "%d freed-place announcement(s) still running after their cancellation", len(stuck)
+                )
 
     async def release_buffered(self) -> None:
         """Hand back every job still waiting in the buffer."""
