@@ -281,6 +281,7 @@ class LeaseTests:
         assert isinstance(late[0], JobchainError)
         assert chain.output == {"tag": "second"}
         assert chain.last.completed_by == second.worker_id
+        assert chain.last.rescue_reason == "lease_expired"
 
     async def test_a_worker_that_cannot_renew_aborts_with_error_and_the_job_is_retried(
         self, env: IntegrationEnv

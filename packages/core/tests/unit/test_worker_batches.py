@@ -5,14 +5,16 @@ from __future__ import annotations
 import asyncio
 from collections import Counter
 from dataclasses import dataclass
-from datetime import UTC, datetime, timedelta
+from datetime import timedelta
 
 import pytest
 
 from jobchain import ChainStart, Client, Job, JobStatus, JobTypes, Schedule
+from jobchain.contracts import Event
 from jobchain.errors import InvalidArgumentError, RescheduleJobError
 from jobchain.memory.notify import MemoryNotifyAdapter
 from jobchain.memory.state import MemoryStateAdapter
+from jobchain.testing import FrozenClock
 from jobchain.worker import Batch, LeaseConfig, Processors, Worker
 
 
@@ -220,25 +222,21 @@ def test_register_batch_checks_its_arguments() -> None:
         Processors(middleware=[object()]).register_batch(item, lambda batch: [])
 
 
-class SteppedClock:
-    """The state's clock: it moves only when the test moves it."""
-
-    def __init__(self) -> None:
-        self.now = datetime.now(UTC)
-
-    def __call__(self) -> datetime:
-        return self.now
+QUIET_HEARTBEAT = 600.0
+"""Heartbeat interval (s) of workers whose clock the test moves: their registry rows stay alive
+for half an hour of it, so no worker is presumed dead however far the test moves it."""
 
 
 async def test_a_long_batch_keeps_its_leases_and_no_other_worker_runs_its_jobs() -> None:
-    # Leases are judged on the state's clock, which moves in steps shorter than a lease, each
-    # once every lease was renewed at the current time: only renewals keep the jobs ours, and
-    # however slowly the machine runs, no lease expires while its renewals keep up.
-    clock = SteppedClock()
-    client = Client(MemoryStateAdapter(clock=clock), MemoryNotifyAdapter(), types)
+    # Leases are judged on a clock that moves only when the test moves it, in steps shorter
+    # than a lease, each once every lease was renewed at the current time: only renewals keep
+    # the jobs ours (after two steps the first leases are over), and however slowly the machine
+    # runs, no lease expires while its renewals keep up.
+    clock = FrozenClock()
+    client = Client(MemoryStateAdapter(clock=clock), MemoryNotifyAdapter(), types, clock=clock)
     ids = await _start(client, 4)
-    lease = LeaseConfig(duration=timedelta(milliseconds=300), renew_every=timedelta(milliseconds=50))
-    step = lease.duration / 2
+    lease = LeaseConfig(duration=timedelta(seconds=30), renew_every=timedelta(milliseconds=50))
+    step = lease.duration * 2 / 3
     calls: Counter[str] = Counter()
     running, finish = asyncio.Event(), asyncio.Event()
     processors = Processors()
@@ -258,21 +256,21 @@ async def test_a_long_batch_keeps_its_leases_and_no_other_worker_runs_its_jobs()
                     jobs = [await client.get_job(job_id) for job_id in ids]
                     leases = [job.leased_until for job in jobs if job is not None]
                     if len(leases) == len(ids) and all(
-                        u is not None and u >= clock.now + lease.duration for u in leases
+                        u is not None and u >= clock() + lease.duration for u in leases
                     ):
                         return
                     await asyncio.sleep(0.01)
         except TimeoutError:
             pytest.fail("the batch's leases were not renewed")
 
-    first = Worker(client, processors, poll_interval=0.05, name="first")
-    second = Worker(client, processors, poll_interval=0.05, name="second")
+    first = Worker(client, processors, name="first", poll_interval=0.05, heartbeat_interval=QUIET_HEARTBEAT)
+    second = Worker(client, processors, name="second", poll_interval=0.05, heartbeat_interval=QUIET_HEARTBEAT)
     async with first, second:
         await asyncio.wait_for(running.wait(), 10)
         try:
-            for _ in range(8):  # four lease lengths
+            for _ in range(6):  # four lease lengths
                 await renewed_at_current_time()
-                clock.now += step
+                clock.advance(step)
         finally:
             finish.set()
         chains = [await client.await_chain(chain_id, timeout=10, poll_interval=0.05) for chain_id in ids]
@@ -281,20 +279,40 @@ async def test_a_long_batch_keeps_its_leases_and_no_other_worker_runs_its_jobs()
     assert len({c.last.completed_by for c in chains}) == 1
 
 
+class Events:
+    """An observer that keeps every event; ``lost`` is set by the first ``job_attempt_not_found``."""
+
+    def __init__(self) -> None:
+        self.events: list[Event] = []
+        self.lost = asyncio.Event()
+
+    def on_event(self, event: Event) -> None:
+        self.events.append(event)
+        if event.name == "job_attempt_not_found":
+            self.lost.set()
+
+    def named(self, name: str) -> list[Event]:
+        return [event for event in self.events if event.name == name]
+
+
 async def test_a_job_lost_during_its_batch_is_not_completed_by_it() -> None:
-    client = _client()
+    events = Events()
+    client = Client(MemoryStateAdapter(), MemoryNotifyAdapter(), types, observers=[events])
     ids = await _start(client, 3)
-    lease = LeaseConfig(duration=timedelta(milliseconds=300), renew_every=timedelta(milliseconds=50))
+    # Renewed every 50 ms, and long enough that no busy machine lets it lapse.
+    lease = LeaseConfig(duration=timedelta(seconds=30), renew_every=timedelta(milliseconds=50))
     processors = Processors()
 
     @processors.batch_handler(item, lease=lease)
     async def handle(batch: Batch[Item, int]) -> list[int]:
         async with client.transaction() as tx:
             await client.delete_chains(tx, [ids[1]])
-        await asyncio.sleep(0.2)  # a renewal round notices the deleted job
+        # A renewal round notices the deleted job before the batch returns.
+        await asyncio.wait_for(events.lost.wait(), 10)
         return [i.n for i in batch.inputs]
 
     async with Worker(client, processors, poll_interval=0.05):
         kept = [await client.await_chain(ids[i], timeout=10, poll_interval=0.05) for i in (0, 2)]
     assert [c.output for c in kept] == [0, 2]
     assert await client.get_chain(ids[1]) is None
+    assert [e.attributes["job.id"] for e in events.named("job_attempt_not_found")] == [ids[1]]
