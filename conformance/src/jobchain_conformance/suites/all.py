@@ -192,9 +192,9 @@ class ClaimStateSuite(
     fields a claim or a reap writes, what is never claimed (failed, cancelled), releases,
     concurrent claims, and the two models.
 
-    For a backend with more than one claim strategy (jobchain-postgres: ``skip-locked`` and
-    ``atomic-update``): run :class:`StateAdapterSuite` on one strategy and this suite on each
-    other one, instead of the whole suite again over code the strategy does not change.
+    For a backend with more than one claim strategy (row locks skipped, or one atomic update,
+    say): run :class:`StateAdapterSuite` on one strategy and this suite on each other one,
+    instead of the whole suite again over code the strategy does not change.
     """
 
 
