@@ -1,12 +1,16 @@
-"""pytest plugin (entry point ``pytest11``): markers and capability skipping. Inert otherwise.
+"""pytest plugin (entry point ``pytest11``): markers, capability skipping, opt-in watchdogs.
 
 It adds no autouse fixtures and no collection hooks that touch tests outside the suite
-classes, so installing ``jobchain-conformance`` never changes an unrelated test run.
+classes, so installing ``jobchain-conformance`` never changes an unrelated test run. The
+watchdogs (:mod:`jobchain_conformance.watchdog`) only declare their ini and command-line
+options unless one of them is set.
 """
 
 from __future__ import annotations
 
 import pytest
+
+from jobchain_conformance import watchdog
 
 MARKERS = (
     "conformance: a jobchain adapter conformance case (from jobchain-conformance)",
@@ -16,6 +20,11 @@ MARKERS = (
 )
 
 
+def pytest_addoption(parser: pytest.Parser) -> None:
+    watchdog.addoption(parser)
+
+
 def pytest_configure(config: pytest.Config) -> None:
     for marker in MARKERS:
         config.addinivalue_line("markers", marker)
+    watchdog.configure(config)
