@@ -579,6 +579,9 @@ class ModelTests:
     def model_settings(self) -> settings:
         return MODEL_SETTINGS
 
+    # A fixed amount of work (examples x steps, each a round trip from a worker thread): on a
+    # starved machine it has taken 100 s, near pytest-timeout's usual 120 s (used if installed).
+    @pytest.mark.timeout(600)
     async def test_adapter_agrees_with_reference_model(
         self, state_adapter: StateAdapter, now: datetime, model_settings: settings
     ) -> None:

@@ -219,6 +219,9 @@ class SchedulingModelTests:
     def scheduling_model_settings(self) -> settings:
         return SCHEDULING_MODEL_SETTINGS
 
+    # A fixed amount of work (examples x steps, each a round trip from a worker thread): on a
+    # starved machine it has taken 100 s, near pytest-timeout's usual 120 s (used if installed).
+    @pytest.mark.timeout(600)
     async def test_adapter_agrees_with_reference_on_scheduling(
         self, state_adapter: StateAdapter, now: datetime, scheduling_model_settings: settings
     ) -> None:
