@@ -149,6 +149,7 @@ class TestWatch:
 class _InFlight:
     nodeid: str
     started: float
+    allowed: float = 0.0
     where: str = ""
     phase: str = "setup"
 
@@ -168,7 +169,9 @@ class SessionWatchdog:
     Progress is a test starting or finishing (in the xdist controller: any worker's report),
     a collection step, a worker going up or down. Watching is paused while waiting is
     expected: an xdist worker between tests waits for its controller (whose own watchdog
-    covers that), and once pytest returned only the interpreter's exit is watched.
+    covers that), and once pytest returned only the interpreter's exit is watched. A test in
+    flight may run its own ``allowed`` seconds (its timeout, with a margin) without progress,
+    however short the limit.
     """
 
     def __init__(
@@ -204,11 +207,19 @@ class SessionWatchdog:
             if watching is not None:
                 state.watching = watching
 
-    def test_started(self, nodeid: str, *, watching: bool | None = None) -> None:
-        """A test's protocol started (here, or in a worker, seen from the controller)."""
+    def test_started(self, nodeid: str, *, allowed: float = 0.0, watching: bool | None = None) -> None:
+        """A test's protocol started (here, or in a worker, seen from the controller); it may
+        run ``allowed`` seconds, if that is longer than the limit."""
         with self._lock:
-            self._state.in_flight[nodeid] = _InFlight(nodeid, self._clock())
+            self._state.in_flight[nodeid] = _InFlight(nodeid, self._clock(), allowed)
         self.progress(f"{nodeid} started", phase="running tests", watching=watching)
+
+    def allow(self, nodeid: str, allowed: float) -> None:
+        """The test in flight ``nodeid`` may run ``allowed`` seconds (learnt from its report)."""
+        with self._lock:
+            entry = self._state.in_flight.get(nodeid)
+            if entry is not None:
+                entry.allowed = max(entry.allowed, allowed)
 
     def test_reported(self, nodeid: str, when: str, outcome: str, where: str = "") -> None:
         """The report of one phase of a test arrived (``where``: the xdist worker, if known)."""
@@ -233,10 +244,14 @@ class SessionWatchdog:
     # ------------------------------------------------------------------ watching
 
     def stalled_for(self, now: float) -> float | None:
-        """Seconds without progress when watching and at least ``limit``, else None."""
+        """Seconds without progress when watching, at least ``limit``, and past every test in
+        flight's own allowance; else None."""
         with self._lock:
-            idle = now - self._state.at
-            return idle if self._state.watching and idle >= self.limit else None
+            state = self._state
+            deadline = max(
+                [state.at + self.limit, *(e.started + e.allowed for e in state.in_flight.values())]
+            )
+            return now - state.at if state.watching and now >= deadline else None
 
     def start(self) -> None:
         """Start the daemon thread."""

@@ -39,6 +39,7 @@ import pytest
 
 from jobchain_conformance._watchers import (
     EXIT_GRACE_SECONDS,
+    RESCUES,
     WATCHDOG_EXIT_STATUS,
     RealStderr,
     SessionWatchdog,
@@ -46,6 +47,8 @@ from jobchain_conformance._watchers import (
 )
 
 __all__ = [
+    "ALLOWANCE_MARGIN_SECONDS",
+    "ALLOWANCE_PROPERTY",
     "CONTROLLER_GRACE_SECONDS",
     "EXIT_GRACE_SECONDS",
     "INI_CANCEL",
@@ -69,6 +72,13 @@ PLUGIN_NAME = "jobchain-watchdog"
 CONTROLLER_GRACE_SECONDS = 60.0
 """The xdist controller waits this much longer than its workers, so a stuck worker's own
 watchdog prints its stacks (the useful ones) and exits first; xdist then replaces it."""
+
+ALLOWANCE_MARGIN_SECONDS = 60.0
+"""Beyond its timeout (and the rescues after it), how long a test may run without progress."""
+
+ALLOWANCE_PROPERTY = "jobchain_watchdog_allowance"
+"""The user property that tells the xdist controller a test may run longer than the limit
+(added only to such tests, so junit XML of an ordinary test is unchanged)."""
 
 _SECTIONS = pytest.StashKey[list[tuple[str, str]]]()
 
@@ -168,6 +178,9 @@ class WatchdogPlugin:
         self._out = RealStderr()
         workerinput = getattr(config, "workerinput", None)
         self._worker = workerinput is not None
+        self._controller = False
+        # Per test about to start here: how long it may run (see _allowance).
+        self._allowed: dict[str, float] = {}
         self.session: SessionWatchdog | None = None
         if settings.watchdog_seconds is not None:
             role = f"xdist worker {workerinput['workerid']}" if workerinput is not None else "pytest process"
@@ -185,6 +198,7 @@ class WatchdogPlugin:
     @pytest.hookimpl(trylast=True)
     def pytest_sessionstart(self, session: pytest.Session) -> None:
         controller = not self._worker and self._config.pluginmanager.has_plugin("dsession")
+        self._controller = controller
         if self.session is not None and controller:
             self.session.role = "xdist controller"
             self.session.limit += CONTROLLER_GRACE_SECONDS
@@ -234,13 +248,30 @@ class WatchdogPlugin:
 
     def pytest_runtest_logstart(self, nodeid: str) -> None:
         if self.session is not None:
-            self.session.test_started(nodeid, watching=True)
+            self.session.test_started(nodeid, allowed=self._allowed.pop(nodeid, 0.0), watching=True)
 
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
-        if self.session is not None:
-            # In the controller, xdist sets ``report.node`` to the worker it came from.
-            where = _worker_id(getattr(report, "node", None))
-            self.session.test_reported(report.nodeid, report.when or "", report.outcome, where)
+        if self.session is None:
+            return
+        # In the controller, xdist sets ``report.node`` to the worker it came from.
+        where = _worker_id(getattr(report, "node", None))
+        self.session.test_reported(report.nodeid, report.when or "", report.outcome, where)
+        if self._controller:
+            for name, value in report.user_properties:
+                if name == ALLOWANCE_PROPERTY and isinstance(value, (int, float)):
+                    self.session.allow(report.nodeid, float(value) + CONTROLLER_GRACE_SECONDS)
+
+    def _allowance(self, item: pytest.Item) -> None:
+        """Note how long ``item`` may run without progress: its timeout, the rescues after it,
+        a margin. A test longer than the limit tells the controller so on its reports."""
+        timeout, _ = item_timeout(item)
+        if self.session is None or timeout is None:
+            return
+        rescues = RESCUES * self._settings.cancel_after if self._settings.cancel_after is not None else 0.0
+        allowed = timeout + rescues + ALLOWANCE_MARGIN_SECONDS
+        self._allowed[item.nodeid] = allowed
+        if self._worker and allowed > self.session.limit:
+            item.user_properties.append((ALLOWANCE_PROPERTY, allowed))
 
     def pytest_runtest_logfinish(self, nodeid: str) -> None:
         if self.session is not None:
@@ -248,6 +279,7 @@ class WatchdogPlugin:
 
     @pytest.hookimpl(wrapper=True)
     def pytest_runtest_protocol(self, item: pytest.Item) -> Generator[None, object, object]:
+        self._allowance(item)
         watch = self._watch(item, func_only=False)
         try:
             return (yield)
