@@ -11,7 +11,9 @@ import asyncio
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from jobchain import Client, JobTypes
+import pytest
+
+from jobchain import Client, JobStatus, JobTypes
 from jobchain.memory.notify import MemoryNotifyAdapter
 from jobchain.memory.state import MemoryStateAdapter
 from jobchain.worker import Attempt, Batch, Completed, Processors, Worker
@@ -143,3 +145,52 @@ async def test_stop_with_an_attempt_running_leaves_no_task_pending() -> None:
     finally:
         await worker.stop()
         await notify.close()
+
+
+async def test_stop_returns_when_an_attempt_ignores_its_cancellation(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """A handler that swallows its cancellation cannot be stopped; stop() must not wait for it
+    for ever: it hands the job back and says so (the attempt's late writes are fenced)."""
+    types = JobTypes()
+    stubborn = types.define("stubborn", input=Num, output=None, entry=True)
+    procs = Processors()
+    running, released = asyncio.Event(), asyncio.Event()
+    ignored: list[int] = []
+
+    @procs.handler(stubborn)
+    async def handle(attempt: Attempt[Num, None]) -> Completed:
+        await attempt.prepare("staged")
+        running.set()
+        while not released.is_set():
+            try:
+                await released.wait()
+            except asyncio.CancelledError:
+                ignored.append(1)  # what a handler must never do
+        raise RuntimeError("released by the test")
+
+    client = Client(MemoryStateAdapter(), MemoryNotifyAdapter(), types)
+    before = set(asyncio.all_tasks())
+    worker = Worker(client, procs, poll_interval=0.05, shutdown_timeout=0.1)
+    await worker.start()
+    async with client.transaction() as tx:
+        started = await client.start_chain(tx, stubborn, Num(n=1))
+    await asyncio.wait_for(running.wait(), BOUND)
+    stopping = asyncio.create_task(worker.stop())
+    try:
+        await asyncio.wait({stopping}, timeout=BOUND)
+        assert stopping.done(), "stop() waited for an attempt that ignores its cancellation"
+        assert ignored
+        job = await client.get_job(started.id)
+        assert job is not None
+        assert (job.status, job.leased_by) == (JobStatus.PENDING, None)
+        assert "ignored their cancellation" in caplog.text
+    finally:
+        released.set()
+        await stopping
+        stubborn_tasks = [
+            t for t in asyncio.all_tasks() if t not in before and t is not asyncio.current_task()
+        ]
+        if stubborn_tasks:
+            await asyncio.wait(stubborn_tasks, timeout=BOUND)
+        assert left_behind(before) == []
