@@ -89,12 +89,14 @@ class IntegrationEnv:
         lease: LeaseConfig,
         renewing_lease: LeaseConfig,
         wait_timeout: float,
+        heartbeat_interval: float = 5.0,
     ) -> None:
         self.state = state
         self.notify = notify
         self.poll_interval = poll_interval
         self.lease = lease
         self.renewing_lease = renewing_lease
+        self.heartbeat_interval = heartbeat_interval
         self.wait_timeout = wait_timeout
         self._workers: list[Worker] = []
 
@@ -138,6 +140,10 @@ class IntegrationEnv:
         """
         options.setdefault("poll_interval", self.poll_interval)
         options.setdefault("lease", self.lease)
+        # Alive for 30 s of silence (the library's default is 6 s): a peer must never presume
+        # a live but starved worker dead and release its jobs, which would run them twice.
+        options.setdefault("heartbeat_interval", self.heartbeat_interval)
+        options.setdefault("missed_heartbeats", 6)
         options.setdefault("retry", ZERO_BACKOFF)
         options.setdefault("recovery", FAST_RECOVERY)
         options.setdefault("shutdown_timeout", min(self.wait_timeout, 10.0))
@@ -324,6 +330,9 @@ class IntegrationSuiteBase:
     """Lease of the cases that watch renewals or let a lease lapse: renewed often, so a case
     sees a renewal soon, and still 30 s long, so it lapses only when the case's clock
     (:meth:`IntegrationEnv.clock`) moves past it."""
+    heartbeat_interval: float = 5.0
+    """Worker heartbeat interval (seconds) unless a case says otherwise; a worker silent for six
+    of them (30 s) is presumed dead."""
     wait_timeout: float = 30.0
     """Upper bound of every wait; a passing case takes a small fraction of it."""
 
@@ -364,6 +373,7 @@ class IntegrationSuiteBase:
             lease=self.lease,
             renewing_lease=self.renewing_lease,
             wait_timeout=self.wait_timeout,
+            heartbeat_interval=self.heartbeat_interval,
         )
         try:
             yield env
