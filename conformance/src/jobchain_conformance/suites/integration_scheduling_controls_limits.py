@@ -52,6 +52,15 @@ def _at_least(count: Callable[[], int], wanted: int) -> Callable[[], Awaitable[b
     return probe
 
 
+def _at_least_async(count: Callable[[], Awaitable[int]], wanted: int) -> Callable[[], Awaitable[bool]]:
+    """A probe for ``env.wait_for``: true once ``await count()`` reached ``wanted``."""
+
+    async def probe() -> bool:
+        return await count() >= wanted
+
+    return probe
+
+
 class TypeLimitTests(IntegrationSuiteBase):
     """``max_running`` and ``rate_limit`` hold across every worker's claims.
 
@@ -112,7 +121,9 @@ class TypeLimitTests(IntegrationSuiteBase):
         assert set(runs.values()) == {1}
 
     async def test_rate_limit_caps_starts_per_window(self, env: IntegrationEnv) -> None:
-        rate = RateLimit(limit=3, per=timedelta(minutes=1))
+        # A window shorter than the lease: even a job still running when the case moves the
+        # clock keeps its lease (the case waits for none to run, too).
+        rate = RateLimit(limit=3, per=timedelta(seconds=10))
         total = 10
         types = JobTypes()
         metered = types.define("metered", input=Num, output=None, entry=True, rate_limit=rate)
@@ -130,8 +141,17 @@ class TypeLimitTests(IntegrationSuiteBase):
             started.append(attempt.job.attempt_started_at)
             return await attempt.complete(None)
 
+        async def completed() -> int:
+            page = await client.list_jobs(type_names=[metered], statuses=[JobStatus.COMPLETED], limit=500)
+            return len(page.items)
+
         chains = [await env.start(client, metered, Num(n=i)) for i in range(total)]
-        workers = [env.worker(client, procs, concurrency=4, name=f"metered-{i}") for i in range(WORKERS)]
+        # The case moves the clock a window at a time: heartbeats this rare keep every worker
+        # alive to its peers across the moves (no one's running jobs are released).
+        workers = [
+            env.worker(client, procs, concurrency=4, name=f"metered-{i}", heartbeat_interval=600)
+            for i in range(WORKERS)
+        ]
         for worker in workers:
             await worker.start()
         expected = [rate.limit, rate.limit, rate.limit, total - 3 * rate.limit]
@@ -150,6 +170,11 @@ class TypeLimitTests(IntegrationSuiteBase):
                 _at_least(lambda: claims["held_back"], base + WORKERS), f"claims held back in window {window}"
             )
             assert len(started) == reached, (window, len(started))
+            # Only once nothing runs: a move past a running job's lease would let it be reaped
+            # and started again.
+            await env.wait_for(
+                _at_least_async(completed, reached), f"the {reached} jobs started so far to complete"
+            )
             clock.advance(rate.per)
         await env.await_chains(client, [c.id for c in chains])
         # The backend stamps each start with the clock it counts windows by: the case's.
