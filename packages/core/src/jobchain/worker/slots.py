@@ -280,7 +280,18 @@ class Slots:
         job_ids = [job_id for job_id, task in self.inflight.items() if task in pending]
         for task in pending:
             task.cancel()
-        await asyncio.gather(*pending, return_exceptions=True)
+        # Bounded: a handler (or a driver under it) that swallows its cancellation would
+        # otherwise keep stop() waiting for ever. Its job is handed back all the same; what the
+        # attempt writes later is fenced (its lease is gone), as after any lost lease.
+        if pending:
+            _, stuck = await asyncio.wait(pending, timeout=SHUTDOWN_GRACE_SECONDS)
+            if stuck:
+                log.warning(
+                    "worker %s stops without %d attempt(s) that ignored their cancellation: jobs %s",
+                    self._worker_id,
+                    len(stuck),
+                    ", ".join(sorted(job_id for job_id, task in self.inflight.items() if task in stuck)),
+                )
         await self.release(job_ids)
 
     async def _settle_announcements(self) -> None:
