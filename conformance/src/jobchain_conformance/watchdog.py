@@ -330,6 +330,7 @@ class WatchdogPlugin:
         sigalrm = getattr(signal, "SIGALRM", None)
         if (
             self._settings.cancel_after is None
+            or item_timeout(item)[0] is None  # no watch will alarm it
             or sigalrm is None
             or threading.current_thread() is not threading.main_thread()
             or signal.getsignal(sigalrm) != signal.SIG_DFL
