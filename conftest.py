@@ -2,6 +2,11 @@
 
 from __future__ import annotations
 
+import importlib.util
+import sys
+from pathlib import Path
+from types import ModuleType
+
 import pytest
 from hypothesis import settings
 
@@ -40,5 +45,24 @@ class _GroupSuffix:
             item._id = coerce_node_id(f"{item.nodeid}@{name}")
 
 
+def _connection_budget() -> ModuleType | None:
+    """packages/postgres/tests/connection_budget, loaded by path (test folders are not importable
+    packages): every test process holds a slot of the shared PostgreSQL server's connection
+    budget for each connection it opens there (issue 33); none without psycopg."""
+    where = Path(__file__).parent / "packages" / "postgres" / "tests" / "connection_budget"
+    spec = importlib.util.spec_from_file_location(
+        "jobchain_pg_budget", where / "__init__.py", submodule_search_locations=[str(where)]
+    )
+    if spec is None or spec.loader is None or importlib.util.find_spec("psycopg") is None:
+        return None
+    module = sys.modules.setdefault(spec.name, importlib.util.module_from_spec(spec))
+    if not hasattr(module, "pytest_configure"):
+        spec.loader.exec_module(module)
+    return module
+
+
 def pytest_configure(config: pytest.Config) -> None:
     config.pluginmanager.register(_GroupSuffix(), "jobchain-xdist-group-suffix")
+    budget = _connection_budget()
+    if budget is not None and not config.pluginmanager.is_registered(budget):
+        config.pluginmanager.register(budget, "jobchain-pg-budget")

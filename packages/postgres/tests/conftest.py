@@ -3,6 +3,11 @@
 The server is ``JOBCHAIN_TEST_POSTGRES_URL`` (default ``postgresql://postgres@127.0.0.1:5432/test``).
 If it cannot be reached the tests skip with a one-line reason, except under ``CI=true``, where
 they fail: CI must never pass by skipping.
+
+Every connection to that server holds a slot of the run's connection budget
+(``connection_budget/``, default 60 of its 100 connections); a test reserves what it opens
+at once before it starts: 4 unless it says more with ``@pytest.mark.pg_connections(n)``, or
+:data:`SUITE_NEEDS` below names it (suite tests are inherited, so they carry no marker).
 """
 
 from __future__ import annotations
@@ -10,6 +15,7 @@ from __future__ import annotations
 import os
 import uuid
 from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
 from urllib.parse import urlencode
 
 import psycopg
@@ -21,6 +27,67 @@ from jobchain_postgres import NotifyOptions, PostgresNotifyAdapter, PostgresStat
 from jobchain_postgres.options import Claim, target
 
 DEFAULT_URL = "postgresql://postgres@127.0.0.1:5432/test"
+STATE_POOL_MAX = 6
+"""The pool cap of the fixtures' state adapters: the suites' most parallel cases use 5-6
+connections at once (a worker grows its own pool to concurrency + 4 all the same)."""
+HERE = Path(__file__).resolve().parent
+
+SUITE_NEEDS: dict[str, int] = {
+    # Connections open at once (in this process) of the inherited suite tests that open more
+    # than the default 4, as measured with JOBCHAIN_TEST_PG_REPORT on the LISTEN/NOTIFY
+    # variants (packages/postgres/README.md): several workers, or one with many slots.
+    **dict.fromkeys(
+        [
+            "test_batch_workers_complete_every_job_exactly_once_with_its_own_output",
+            "test_many_workers_process_every_job_exactly_once",
+            "test_specialised_workers_only_take_their_own_types",
+            "test_interleaved_keys_run_in_start_order_per_key_and_in_parallel",
+            "test_max_running_is_never_exceeded_across_workers",
+            "test_n_ticks_start_exactly_n_chains_across_workers",
+            "test_transient_failures_while_processing_are_survived",
+            "test_rate_limit_caps_starts_per_window",
+            "test_transient_failures_when_the_worker_starts_are_retried",
+            "test_a_worker_runs_up_to_its_concurrency_at_once_and_never_more",
+            "test_jobs_started_before_the_worker_and_while_it_runs_are_all_processed",
+            "test_paused_type_waits_and_resumes",
+            "test_ticks_missed_while_down_start_one_chain_not_a_storm",
+            "test_without_catch_up_only_ticks_after_the_start_count",
+            "test_a_notify_adapter_that_drops_every_message_still_gets_all_jobs_done",
+            "test_workers_keep_processing_while_the_notify_broker_is_down",
+        ],
+        12,  # measured 10-12
+    ),
+    **dict.fromkeys(
+        [
+            "test_claims_take_higher_priority_first_fifo_within",
+            "test_one_chain_can_block_many_jobs",
+            "test_parallel_writes_and_read_only_reads_do_not_deadlock",
+            "test_renewal_keeps_a_job_running_past_its_first_lease",
+            "test_a_worker_whose_job_was_taken_sees_taken_by_another_worker",
+            "test_branched_chain_follows_the_branch_the_handler_picks",
+            "test_wait_for_in_staged_mode",
+            "test_retry_settings_resolve_processor_then_type_then_registry_then_worker",
+            "test_waiters_started_before_the_worker_get_the_last_jobs_output",
+        ],
+        8,  # measured 7-9
+    ),
+    **dict.fromkeys(
+        [
+            "test_parallel_transactions_all_commit",
+            "test_many_parallel_claimers_never_exceed_max_running",
+            "test_listeners_hear_again_after_an_interruption",
+        ],
+        6,  # measured 5
+    ),
+}
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    # This hook sees the whole session's items: mark only this folder's.
+    for item in items:
+        name = getattr(item, "originalname", item.name)
+        if name in SUITE_NEEDS and HERE in item.path.parents:
+            item.add_marker(pytest.mark.pg_connections(SUITE_NEEDS[name]))
 
 
 def server_url() -> str:
@@ -66,7 +133,8 @@ def schema_url(postgres_url: str, schema_name: str) -> str:
 
 
 async def open_state(url: str, schema: str, claim: Claim = "skip-locked") -> PostgresStateAdapter:
-    adapter = await PostgresStateAdapter.open(url, StateOptions(schema=schema, claim=claim, pool_min_size=0))
+    options = StateOptions(schema=schema, claim=claim, pool_min_size=0, pool_max_size=STATE_POOL_MAX)
+    adapter = await PostgresStateAdapter.open(url, options)
     await adapter.migrate()
     return adapter
 

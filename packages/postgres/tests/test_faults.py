@@ -192,6 +192,7 @@ class Num:
     n: int
 
 
+@pytest.mark.pg_connections(10)  # measured 9: two workers' pools and the client's
 @pytest.mark.parametrize("mode", ["atomic", "staged"])
 async def test_workers_recover_from_dropped_connections_and_complete_every_job_once(
     postgres_url: str, schema_name: str, mode: str

@@ -206,6 +206,7 @@ async def many_claimers(
     return adapters
 
 
+@pytest.mark.pg_connections(10)  # the setup adapter, 8 claimers, an adapter's opening probe
 @pytest.mark.parametrize("mode", MODES)
 @pytest.mark.parametrize("autocommit", [False, True])
 async def test_concurrent_claimers_never_exceed_max_running(
@@ -309,6 +310,7 @@ async def test_rate_limit_counts_claims_per_fixed_window(
     )
 
 
+@pytest.mark.pg_connections(8)  # the setup adapter, 6 claimers, an adapter's opening probe
 async def test_rate_limited_claimers_on_separate_connections_share_one_window(
     postgres_url: str, schema_name: str
 ) -> None:

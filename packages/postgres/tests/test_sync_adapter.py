@@ -204,6 +204,7 @@ def test_callers_sync_pool_is_used_and_left_open(postgres_url: str, schema_name:
         assert count == (1,)
 
 
+@pytest.mark.pg_connections(6)  # measured 6: threads each holding a pooled connection
 def test_threads_share_one_adapter(sync_state: SyncPostgresStateAdapter) -> None:
     # Threaded web servers (Django, Flask) start chains from many threads through one client.
     def start_some(_: int) -> list[str]:

@@ -20,6 +20,8 @@ from jobchain_postgres import NotifyOptions, PostgresNotifyAdapter, PostgresStat
 
 from .conftest import conninfo
 
+pytestmark = pytest.mark.pg_connections(6)  # an engine or pool, the adapters, a check: 4-5 measured
+
 
 @dataclass
 class Order:

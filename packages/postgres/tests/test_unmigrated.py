@@ -96,6 +96,7 @@ async def test_a_statement_on_an_unmigrated_schema_raises_one_line(
     assert "\n" not in message  # no LINE/caret context from the server
 
 
+@pytest.mark.pg_connections(2, outside=5)  # the worker subprocess: probe, claim, heartbeat, attempt
 def test_worker_on_an_unmigrated_schema_exits_non_zero_naming_jobchain_migrate(
     app: tuple[Path, ModuleType], schema_url: str
 ) -> None:
@@ -115,6 +116,7 @@ def test_worker_on_an_unmigrated_schema_exits_non_zero_naming_jobchain_migrate(
     assert "Traceback" not in output
 
 
+@pytest.mark.pg_connections(2, outside=5)  # as above
 def test_worker_with_migrate_migrates_then_processes_a_job(
     app: tuple[Path, ModuleType], schema_url: str
 ) -> None:

@@ -40,6 +40,7 @@ def conninfo(server: str) -> str:
     return target(BackendURL.parse(server), 5).conninfo
 
 
+@pytest.mark.pg_connections(6)  # measured 5 at once (the shared PostgreSQL connection budget)
 def test_a_request_starts_a_chain_in_its_own_transaction_and_the_worker_runs_it(
     postgres_server: str, schema: str
 ) -> None:

@@ -156,6 +156,7 @@ def backend(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Backend]
         drop(schema)
 
 
+@pytest.mark.pg_connections(9)  # measured 8 at once (the shared PostgreSQL connection budget)
 def test_a_flask_request_starts_a_chain_in_its_own_transaction(backend: Backend) -> None:
     chains = jobchain.sync.connect(backend.state_url, notify=backend.notify, job_types=types, migrate=True)
     try:

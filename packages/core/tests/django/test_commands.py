@@ -82,6 +82,7 @@ def worker(alias: str) -> Iterator[subprocess.Popen[str]]:
         log.close()
 
 
+@pytest.mark.pg_connections(4, outside=6)  # the worker subprocess: 4 measured (connection budget)
 @pytest.mark.parametrize("stop_signal", [signal.SIGTERM, signal.SIGINT])
 def test_jobchain_worker_runs_orm_handlers_and_stops_gracefully_on_a_signal(
     alias: str, worker: subprocess.Popen[str], stop_signal: signal.Signals

@@ -33,6 +33,7 @@ def state_url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
     drop(schema)
 
 
+@pytest.mark.pg_connections(6)  # measured 5 at once (the shared PostgreSQL connection budget)
 async def test_a_chain_started_in_a_request_is_one_trace(traces: Traces, state_url: str) -> None:
     types = JobTypes()
     charge = types.define("billing.charge", input=int, output=str)
