@@ -45,7 +45,11 @@ def _wrap(inner: object, clock: Clock) -> object:
 
 
 def _proxy_class(inner_class: type) -> type:
-    namespace: dict[str, Any] = {"__slots__": ("_inner", "_clock"), "__repr__": _repr}
+    namespace: dict[str, Any] = {
+        "__slots__": ("_inner", "_clock"),
+        "__repr__": _repr,
+        "__getattr__": _forward_dynamic,
+    }
     for name in dir(inner_class):
         if name.startswith("_"):
             continue
@@ -59,6 +63,24 @@ def _proxy_class(inner_class: type) -> type:
     for name in _DATA:  # instance attributes of the adapter, absent from its class
         namespace.setdefault(name, _forward_data(name))
     return type(f"Clocked{inner_class.__name__}", (), namespace)
+
+
+def _forward_dynamic(self: Any, name: str) -> Any:
+    # An operation the wrapped object provides only through its own __getattr__ (a test
+    # wrapper that forwards everything) gets the clock too, instead of losing it silently.
+    if name.startswith("_"):
+        raise AttributeError(name)
+    target = getattr(self._inner, name)
+    if not callable(target):
+        return target
+    clock: Clock = self._clock
+    if name in _SCOPES:
+        return lambda *args, **kwargs: _scope(target(*args, **kwargs), clock)
+
+    def method(*args: Any, **kwargs: Any) -> Any:
+        return target(*(_with_now(a, clock) for a in args), **kwargs)
+
+    return method
 
 
 def _forward_data(name: str) -> property:
