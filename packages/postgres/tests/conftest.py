@@ -8,6 +8,7 @@ Every connection to that server holds a slot of the run's connection budget
 (``connection_budget/``, default 60 of its 100 connections); a test reserves what it opens
 at once before it starts: 4 unless it says more with ``@pytest.mark.pg_connections(n)``, or
 :data:`SUITE_NEEDS` below names it (suite tests are inherited, so they carry no marker).
+The chaos cells run on a private cluster and are not counted.
 """
 
 from __future__ import annotations
@@ -25,6 +26,8 @@ from psycopg import sql
 from jobchain.url import BackendURL
 from jobchain_postgres import NotifyOptions, PostgresNotifyAdapter, PostgresStateAdapter, StateOptions
 from jobchain_postgres.options import Claim, target
+
+from .connection_budget import DEFAULT_NEED
 
 DEFAULT_URL = "postgresql://postgres@127.0.0.1:5432/test"
 STATE_POOL_MAX = 6
@@ -83,11 +86,14 @@ SUITE_NEEDS: dict[str, int] = {
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    # This hook sees the whole session's items: mark only this folder's.
+    # This hook sees the whole session's items: mark only this folder's. Every test here
+    # reserves at least the default, even one whose adapter comes from getfixturevalue (the
+    # suites' capability checks), which the budget's fixture check cannot see.
     for item in items:
+        if HERE not in item.path.parents or item.get_closest_marker("pg_connections") is not None:
+            continue
         name = getattr(item, "originalname", item.name)
-        if name in SUITE_NEEDS and HERE in item.path.parents:
-            item.add_marker(pytest.mark.pg_connections(SUITE_NEEDS[name]))
+        item.add_marker(pytest.mark.pg_connections(SUITE_NEEDS.get(name, DEFAULT_NEED)))
 
 
 def server_url() -> str:

@@ -10,6 +10,7 @@ import sys
 import textwrap
 import time
 from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
 from functools import partial
 from pathlib import Path
 
@@ -220,11 +221,37 @@ def test_a_test_reserves_what_its_marker_says(request: pytest.FixtureRequest) ->
     assert need(request.node) == (3, 2)
 
 
-def test_a_test_on_the_server_without_a_marker_reserves_the_default(
-    request: pytest.FixtureRequest, postgres_url: str
-) -> None:
-    assert need(request.node) == (DEFAULT_NEED, 0)
+def test_an_unmarked_test_of_this_folder_reserves_the_default(request: pytest.FixtureRequest) -> None:
+    assert need(request.node) == (DEFAULT_NEED, 0)  # conftest.py marks every test here
 
 
-def test_a_test_without_the_server_reserves_nothing(request: pytest.FixtureRequest) -> None:
-    assert need(request.node) == (0, 0)
+@dataclass
+class _Callspec:
+    params: dict[str, object]
+
+
+@dataclass
+class _Item:
+    """What ``need`` reads of a pytest item elsewhere in the run (core, Spark, Django tests)."""
+
+    fixturenames: list[str] = field(default_factory=list)
+    callspec: _Callspec | None = None
+    markers: dict[str, object] = field(default_factory=dict)
+
+    def get_closest_marker(self, name: str) -> object | None:
+        return self.markers.get(name)
+
+
+def test_elsewhere_a_test_reserves_by_its_postgres_fixtures_and_parameters() -> None:
+    spark: dict[str, object] = {"spark": "a spark marker"}  # need() only asks whether it is there
+    cases: list[tuple[_Item, tuple[int, int]]] = [
+        (_Item(fixturenames=["tmp_path"]), (0, 0)),
+        (_Item(fixturenames=["postgres_server", "tmp_path"]), (DEFAULT_NEED, 0)),
+        (_Item(fixturenames=["pg_database"]), (DEFAULT_NEED, 0)),
+        (_Item(callspec=_Callspec({"empty_url": "postgres"})), (DEFAULT_NEED, 0)),
+        (_Item(callspec=_Callspec({"empty_url": "sqlite"})), (0, 0)),
+        (_Item(fixturenames=["postgres_base_url"], markers=spark), (DEFAULT_NEED, 4)),  # Python workers
+        (_Item(fixturenames=["sqlite_url"], markers=spark), (0, 0)),
+    ]
+    for item, expected in cases:
+        assert need(item) == expected, item  # type: ignore[arg-type]  # duck-typed item
