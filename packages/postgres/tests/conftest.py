@@ -90,10 +90,18 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     # reserves at least the default, even one whose adapter comes from getfixturevalue (the
     # suites' capability checks), which the budget's fixture check cannot see.
     for item in items:
-        if HERE not in item.path.parents or item.get_closest_marker("pg_connections") is not None:
-            continue
-        name = getattr(item, "originalname", item.name)
-        item.add_marker(pytest.mark.pg_connections(SUITE_NEEDS.get(name, DEFAULT_NEED)))
+        if HERE in item.path.parents:
+            marked = item.get_closest_marker("pg_connections") is not None
+            reserve = reservation(getattr(item, "originalname", item.name), marked=marked)
+            if reserve is not None:  # on the item itself: it wins over a module's pytestmark
+                item.add_marker(pytest.mark.pg_connections(reserve))
+
+
+def reservation(name: str, *, marked: bool) -> int | None:
+    """The ``pg_connections`` marker a test of this folder gets (None: it keeps its own)."""
+    if name in SUITE_NEEDS:
+        return SUITE_NEEDS[name]
+    return None if marked else DEFAULT_NEED
 
 
 def server_url() -> str:

@@ -17,7 +17,7 @@ from pathlib import Path
 import psycopg
 import pytest
 
-from .conftest import conninfo
+from .conftest import conninfo, reservation
 from .connection_budget import DEFAULT_NEED, Budget, BudgetExhaustedError, Slots, need, targets_server
 
 BUDGET_DIR = Path(__file__).resolve().parent / "connection_budget"
@@ -223,6 +223,14 @@ def test_a_test_reserves_what_its_marker_says(request: pytest.FixtureRequest) ->
 
 def test_an_unmarked_test_of_this_folder_reserves_the_default(request: pytest.FixtureRequest) -> None:
     assert need(request.node) == (DEFAULT_NEED, 0)  # conftest.py marks every test here
+
+
+def test_a_suite_test_that_opens_more_reserves_its_measured_need_over_its_modules_marker() -> None:
+    # test_integration.py marks its module with 6: the multi-worker cases still reserve 12.
+    assert reservation("test_many_workers_process_every_job_exactly_once", marked=True) == 12
+    assert reservation("test_parallel_transactions_all_commit", marked=False) == 6
+    assert reservation("test_linear_chain_runs_every_step_in_order", marked=True) is None
+    assert reservation("test_linear_chain_runs_every_step_in_order", marked=False) == DEFAULT_NEED
 
 
 @dataclass
