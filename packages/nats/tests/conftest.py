@@ -167,7 +167,7 @@ class PrivateNats:
             stdout=subprocess.DEVNULL,
             stderr=subprocess.DEVNULL,
         )
-        deadline = time.monotonic() + 10
+        deadline = time.monotonic() + 60  # a starved machine starts a server slowly
         while not (
             _reachable("127.0.0.1", self.port, 0.2) and _reachable("127.0.0.1", self.monitor_port, 0.2)
         ):

@@ -13,6 +13,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
@@ -25,7 +26,11 @@ from jobchain.errors import BackendUnreachableError, InvalidArgumentError
 from jobchain_nats import NatsNotifyAdapter, NatsNotifyOptions
 from jobchain_nats.wake_hints import BIND_ATTEMPTS, is_transient
 
-OPTIONS = NatsNotifyOptions(prefix="retry", kv_bucket="hints", kv_create=True)
+# A JetStream request on a loaded machine may take longer than the adapter's default 1 s: these
+# cases are about which errors are retried, not about how fast a stream is created.
+OPTIONS = NatsNotifyOptions(
+    prefix="retry", kv_bucket="hints", kv_create=True, request_timeout=timedelta(seconds=30)
+)
 STORE_FAILED = 10049
 
 

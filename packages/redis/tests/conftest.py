@@ -97,7 +97,7 @@ class PrivateRedis:
             stdout=subprocess.DEVNULL,
             stderr=subprocess.DEVNULL,
         )
-        deadline = time.monotonic() + 10
+        deadline = time.monotonic() + 60  # a starved machine starts a server slowly
         while not _reachable("127.0.0.1", self.port, timeout=0.2):
             if self.process.poll() is not None or time.monotonic() > deadline:
                 raise RuntimeError(f"private redis-server on port {self.port} did not start")
