@@ -26,7 +26,7 @@ demo: $(DEMO_STAMP)
 	$(BIN)/python -m jobchain.demo
 
 test: $(STAMP)
-	$(BIN)/python -m pytest packages conformance -q -n 4 --dist loadgroup --durations=25
+	JOBCHAIN_TEST_VACUUM_CATALOGS=1 $(BIN)/python -m pytest packages conformance -q -n 4 --dist loadgroup --durations=25
 	$(MAKE) --no-print-directory lint typecheck
 
 lint: $(STAMP)
