@@ -22,7 +22,9 @@ from jobchain_spark import (
 )
 from jobchain_spark.cli import main
 
-pytestmark = [pytest.mark.spark, pytest.mark.timeout(900)]
+# Only the tests that use the session carry the spark marker (its xdist group): the others
+# need no JVM and run on any worker.
+pytestmark = pytest.mark.timeout(900)
 
 
 def _start(df: Any, url: str, **options: Any) -> Any:
@@ -34,6 +36,7 @@ def _nothing_written(url: str) -> bool:
     return asyncio.run(sparkkit.count_chains(url, "send_email")) == {}
 
 
+@pytest.mark.spark
 def test_schema_problems_name_the_column(spark: Any, sqlite_url: str) -> None:
     missing = spark.createDataFrame([("k1", "a@b")], "order_id string, to string")
     with pytest.raises(MissingColumnError, match="'subject'"):
@@ -53,6 +56,7 @@ def test_schema_problems_name_the_column(spark: Any, sqlite_url: str) -> None:
     assert _nothing_written(sqlite_url)
 
 
+@pytest.mark.spark
 def test_key_and_row_problems_write_nothing(spark: Any, sqlite_url: str) -> None:
     schema = "order_id string, to string, subject string"
     nulls = spark.createDataFrame([("k1", "a", "s"), (None, "b", "s")], schema)

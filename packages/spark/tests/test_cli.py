@@ -1,8 +1,11 @@
 """The ``jobchain-spark`` command line: one-line errors, ``--debug`` traces, this Python for workers.
 
-The commands run in a child process, as a user runs them: with PYSPARK_PYTHON unset and the
-virtualenv's ``bin`` off the PATH, so the Spark workers find jobchain-spark only if the
-command line points them at its own interpreter.
+The plain commands run in a child process, as a user runs them: with PYSPARK_PYTHON unset and
+the virtualenv's ``bin`` off the PATH, so the Spark workers find jobchain-spark only if the
+command line points them at its own interpreter, and all of the process's stderr is seen.
+The ``--debug`` runs are in this process (``CliRunner``): what they assert is that the error
+leaves the command uncaught with its whole trace, which Python then prints; a child process
+would only add a second JVM start for the Spark case.
 """
 
 from __future__ import annotations
@@ -12,12 +15,18 @@ import json
 import os
 import subprocess
 import sys
+import traceback
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
 
 import pytest
 import sparkkit
+from click.testing import CliRunner, Result
 
 from jobchain.connect_backends import open_state
+from jobchain_spark.cli import main
 from jobchain_spark.cli_errors import one_line
 from jobchain_spark.errors import UnknownTableError
 from jobchain_spark.session import PYTHON_VARIABLES, use_this_python
@@ -29,6 +38,9 @@ def _run(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
     env = {k: v for k, v in os.environ.items() if k not in PYTHON_VARIABLES}
     venv_bin = str(Path(sys.executable).parent)
     env["PATH"] = os.pathsep.join(p for p in env.get("PATH", "").split(os.pathsep) if p != venv_bin)
+    # The child's JVM runs with the tests' JVM options (C1 only, serial GC: a faster start, the
+    # same Spark); the command adds its quiet log4j configuration to these, as to a user's.
+    env["SPARK_SUBMIT_OPTS"] = " ".join(o for o in (env.get("SPARK_SUBMIT_OPTS"), sparkkit.JVM_OPTIONS) if o)
     code = "from jobchain_spark.cli import main; main(prog_name='jobchain-spark')"
     return subprocess.run(
         [sys.executable, "-c", code, *args],
@@ -46,6 +58,14 @@ def _error_lines(stderr: str) -> list[str]:
     return [line for line in stderr.splitlines() if line.startswith("error:")]
 
 
+def _debug(*args: str) -> tuple[Result, str]:
+    """``jobchain-spark --debug ARGS`` in this process: its result and the trace Python would print."""
+    result = CliRunner().invoke(main, ["--debug", *args])
+    assert result.exception is not None, result.output
+    assert not isinstance(result.exception, SystemExit), result.output
+    return result, "".join(traceback.format_exception(result.exception))
+
+
 def test_a_bad_url_is_one_line_and_debug_shows_the_trace(tmp_path: Path) -> None:
     plain = _run("report", "--url", "nosuch://x/y", "--out", "out", cwd=tmp_path)
     assert plain.returncode == 2
@@ -54,10 +74,11 @@ def test_a_bad_url_is_one_line_and_debug_shows_the_trace(tmp_path: Path) -> None
     assert "option 'url'" in line
     assert "nosuch://" in line
     assert "--debug" in line
-    debug = _run("--debug", "report", "--url", "nosuch://x/y", "--out", "out", cwd=tmp_path)
-    assert debug.returncode != 0
-    assert "Traceback (most recent call last)" in debug.stderr
-    assert "BackendNotInstalledError" in debug.stderr
+    debug, trace = _debug("report", "--url", "nosuch://x/y", "--out", str(tmp_path / "out"))
+    assert debug.exit_code != 0
+    assert not _error_lines(debug.stderr)  # not the one line: the exception itself
+    assert type(debug.exception).__name__ == "BackendNotInstalledError"
+    assert "nosuch://" in trace
 
 
 def _unreadable_archive(root: Path) -> Path:
@@ -72,7 +93,9 @@ def _unreadable_archive(root: Path) -> Path:
 
 @pytest.mark.spark
 @pytest.mark.timeout(900)
-def test_a_spark_error_is_one_line_and_debug_shows_the_java_trace(sqlite_url: str, tmp_path: Path) -> None:
+def test_a_spark_error_is_one_line_and_debug_shows_the_java_trace(
+    spark: Any, sqlite_url: str, tmp_path: Path
+) -> None:
     async def seed() -> None:
         state = await open_state(sqlite_url)
         try:
@@ -101,10 +124,27 @@ def test_a_spark_error_is_one_line_and_debug_shows_the_java_trace(sqlite_url: st
     assert "part-00000.parquet" in line
     assert "not a Parquet file" in line
     assert not [m for m in TRACE_MARKS if m in plain.stderr], plain.stderr[-2000:]
-    debug = _run("--debug", *args, cwd=tmp_path)
-    assert debug.returncode != 0
-    assert "Traceback (most recent call last)" in debug.stderr
-    assert "\tat org.apache.spark" in debug.stderr
+    # --debug on the tests' session (the command takes the active one; its --master then has
+    # no effect), whose session settings the command's builder overwrites: put them back.
+    with _session_conf_kept(spark):
+        debug, trace = _debug(*args)
+    assert debug.exit_code != 0
+    assert not _error_lines(debug.stderr)
+    assert "\tat org.apache.spark" in trace
+    assert "part-00000.parquet" in trace
+
+
+@contextmanager
+def _session_conf_kept(spark: Any) -> Iterator[None]:
+    before = dict(spark.conf.getAll)
+    try:
+        yield
+    finally:
+        for key, value in dict(spark.conf.getAll).items():
+            if key not in before:
+                spark.conf.unset(key)
+            elif before[key] != value:
+                spark.conf.set(key, before[key])
 
 
 def test_a_worker_error_carried_by_spark_is_summarised_by_its_last_line() -> None:

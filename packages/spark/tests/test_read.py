@@ -22,7 +22,9 @@ from jobchain_spark import (
 )
 from jobchain_spark.reader import JobchainReader, ReadOptions
 
-pytestmark = [pytest.mark.spark, pytest.mark.timeout(900)]
+# Only the tests that use the session carry the spark marker (its xdist group): the others
+# need no JVM and run on any worker.
+pytestmark = pytest.mark.timeout(900)
 
 T0 = sparkkit.T0
 
@@ -79,6 +81,7 @@ def seeded(state_url: str) -> tuple[str, dict[str, Any]]:
     return state_url, asyncio.run(_seed(state_url))
 
 
+@pytest.mark.spark
 @pytest.mark.parametrize("partitioning", ["id", "created_at"])
 def test_read_jobs_matches_the_client_listing(spark: Any, seeded: Any, partitioning: str) -> None:
     url, _ = seeded
@@ -109,6 +112,7 @@ def test_read_jobs_matches_the_client_listing(spark: Any, seeded: Any, partition
     assert sum(r["first_attempt_at"] is not None for r in rows.values()) == 1
 
 
+@pytest.mark.spark
 def test_read_chains_and_blockers(spark: Any, seeded: Any) -> None:
     url, seeds = seeded
     chains = _read(spark, url, "chains", partitioning="id", partitions=2).collect()
@@ -122,6 +126,7 @@ def test_read_chains_and_blockers(spark: Any, seeded: Any) -> None:
     )
 
 
+@pytest.mark.spark
 def test_filters_match_the_client_listing(spark: Any, seeded: Any) -> None:
     url, _ = seeded
     lo, hi = T0 + timedelta(hours=1), T0 + timedelta(hours=3)
@@ -169,6 +174,7 @@ def test_open_ended_ranges_catch_rows_outside_the_planned_span(seeded: Any) -> N
     assert counts[-1] >= 3
 
 
+@pytest.mark.spark
 def test_parse_json_reads_inputs_with_a_schema(spark: Any, seeded: Any) -> None:
     url, _ = seeded
     df = _read(spark, url).where("type_name = 'send_email'")
@@ -191,6 +197,7 @@ def test_bad_options_raise_typed_errors_naming_the_option(sqlite_url: str) -> No
         ReadOptions.parse({})
 
 
+@pytest.mark.spark
 def test_a_bad_table_option_fails_the_spark_read(spark: Any, sqlite_url: str) -> None:
     with pytest.raises(Exception, match=r"UnknownTableError|unknown table 'queue'"):
         _read(spark, sqlite_url, "queue").collect()

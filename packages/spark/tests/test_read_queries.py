@@ -19,7 +19,9 @@ from jobchain.connect_backends import open_state
 from jobchain_spark import SparkOptionError, read_table
 from jobchain_spark.reader import ReadOptions
 
-pytestmark = [pytest.mark.spark, pytest.mark.timeout(900)]
+# Only the tests that use the session carry the spark marker (its xdist group): the others
+# need no JVM and run on any worker.
+pytestmark = pytest.mark.timeout(900)
 
 T0 = sparkkit.T0
 
@@ -44,6 +46,7 @@ def _load(spark: Any, url: str) -> Any:
     return spark.read.format("jobchain").option("url", url).option("partitions", "3").load()
 
 
+@pytest.mark.spark
 def test_an_unfiltered_query_after_a_filtered_one_reads_every_row(spark: Any, state_url: str) -> None:
     asyncio.run(_seed(state_url))
     df = _load(spark, state_url)
@@ -54,6 +57,7 @@ def test_an_unfiltered_query_after_a_filtered_one_reads_every_row(spark: Any, st
     assert counts == {"pending": 36, "completed": 2}
 
 
+@pytest.mark.spark
 def test_filters_of_successive_queries_never_accumulate(spark: Any, state_url: str) -> None:
     asyncio.run(_seed(state_url))
     df = _load(spark, state_url)
@@ -65,6 +69,7 @@ def test_filters_of_successive_queries_never_accumulate(spark: Any, state_url: s
     assert df.where(df.status == "pending").groupBy("type_name").count().count() == 2
 
 
+@pytest.mark.spark
 def test_subset_options_narrow_every_query_of_the_dataframe(spark: Any, state_url: str) -> None:
     asyncio.run(_seed(state_url))
     resize = (

@@ -1,4 +1,9 @@
-"""Chain-level report figures on a seeded two-step history with known numbers, on both backends."""
+"""Chain-level report figures on a seeded two-step history with known numbers, on both backends.
+
+The two chain tables are computed as ``build_report`` computes them (the same functions on
+the same reads), not through a whole report (about sixty Spark jobs for two tables); that
+the report carries them is asserted by test_report.py and test_lifecycle.py.
+"""
 
 from __future__ import annotations
 
@@ -10,7 +15,9 @@ import pytest
 import sparkkit
 
 from jobchain.connect_backends import open_state
-from jobchain_spark.report import build_report
+from jobchain_spark import read_table
+from jobchain_spark.report import ACCURACY, QUANTILES
+from jobchain_spark.report_chains import chain_durations, chain_steps
 
 pytestmark = [pytest.mark.spark, pytest.mark.timeout(900)]
 
@@ -46,9 +53,10 @@ async def _seed(url: str) -> None:
 
 def test_chain_durations_and_steps_on_a_known_history(spark: Any, state_url: str) -> None:
     asyncio.run(_seed(state_url))
-    report = build_report(spark, url=state_url, period="hour", now=at(3600))
+    jobs = read_table(spark, state_url, "jobs", partitions=4)  # build_report's reads
+    chains = read_table(spark, state_url, "chains", partitions=4)
 
-    [durations] = report.tables["chain_durations"].to_dict("records")
+    [durations] = chain_durations(chains, QUANTILES, ACCURACY).toPandas().to_dict("records")
     assert (durations["chain_type"], durations["chains"], durations["completed"]) == ("resize", 3, 2)
     # Root created → last job completed, over the two completed chains (nearest rank).
     assert (durations["duration_p50_s"], durations["duration_p95_s"], durations["duration_p99_s"]) == (
@@ -65,7 +73,7 @@ def test_chain_durations_and_steps_on_a_known_history(spark: Any, state_url: str
             r["wait_p50_s"],
             r["run_p50_s"],
         )
-        for r in report.tables["chain_steps"].to_dict("records")
+        for r in chain_steps(jobs, ACCURACY).toPandas().to_dict("records")
     }
     assert steps == {
         # Roots: latencies 20, 25, 2; waits 10, 5, 1; runs 10, 20, 1.
