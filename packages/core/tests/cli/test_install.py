@@ -18,7 +18,9 @@ PAGE = REPO / "docs" / "getting-started.md"
 FENCE = re.compile(r"^```(\w+)[^\n]*\n(.*?)^```[ \t]*$", re.MULTILINE | re.DOTALL)
 TIMEOUT = 600.0
 
-pytestmark = pytest.mark.xdist_group("install")
+# pip into a fresh venv and a first run: CPU-bound, and on a starved machine (8 CPU burners on
+# 2 cores) past pytest-timeout's usual 120 s, so the subprocesses' own bound is the test's.
+pytestmark = [pytest.mark.xdist_group("install"), pytest.mark.timeout(TIMEOUT + 60)]
 
 
 def _blocks(language: str) -> list[str]:
