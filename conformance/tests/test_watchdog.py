@@ -387,13 +387,20 @@ class TestSwitches:
         pytester.makeini(INI)
         pytester.makepyfile("def test_passes():\n    pass\n")
         seen: dict[str, object] = {}
+        # The run this test is part of may have its own watchdogs on (the workspace's ini does):
+        # only threads the inline run starts count.
+        before = set(threading.enumerate())
 
         class Probe:
             def pytest_sessionfinish(self, session: pytest.Session) -> None:
                 config = session.config
                 seen["settings"] = watchdog.Settings.of(config)
                 seen["plugin"] = config.pluginmanager.get_plugin(watchdog.PLUGIN_NAME)
-                seen["threads"] = [t.name for t in threading.enumerate() if t.name.startswith("jobchain-")]
+                seen["threads"] = [
+                    t.name
+                    for t in threading.enumerate()
+                    if t.name.startswith("jobchain-") and t not in before
+                ]
 
         result = pytester.inline_run("-p", "no:randomly", plugins=[Probe()])
         result.assertoutcome(passed=1)
