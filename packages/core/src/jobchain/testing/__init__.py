@@ -10,8 +10,8 @@
   ``jobchain_processors`` and ``jobchain_run`` fixtures; see the guide "Testing your jobs".
 """
 
-from jobchain.testing.client import memory_client
 from jobchain.testing._clocked import clocked_state
+from jobchain.testing.client import memory_client
 from jobchain.testing.clock import FrozenClock
 from jobchain.testing.run import JobRun, RunLimitError, RunOutcome, run_until_idle
 
