@@ -76,8 +76,15 @@ def _read(spark: Any, url: str, table: str = "jobs", **options: Any) -> Any:
     return reader.load()
 
 
+@pytest.fixture(scope="module")
+def seeded(module_state_url: str) -> tuple[str, dict[str, Any]]:
+    """The history of ``_seed``, written once per backend for the tests that only read it."""
+    return module_state_url, asyncio.run(_seed(module_state_url))
+
+
 @pytest.fixture
-def seeded(state_url: str) -> tuple[str, dict[str, Any]]:
+def own_seeded(state_url: str) -> tuple[str, dict[str, Any]]:
+    """The same history in a state of this test alone (for a test that adds rows)."""
     return state_url, asyncio.run(_seed(state_url))
 
 
@@ -154,8 +161,8 @@ def test_the_reader_leaves_every_filter_to_spark(seeded: Any) -> None:
     assert sum(batch.num_rows for batch in reader.read(partition)) == 54
 
 
-def test_open_ended_ranges_catch_rows_outside_the_planned_span(seeded: Any) -> None:
-    url, _ = seeded
+def test_open_ended_ranges_catch_rows_outside_the_planned_span(own_seeded: Any) -> None:
+    url, _ = own_seeded
     reader = JobchainReader(ReadOptions.parse({"url": url, "table": "jobs", "partitions": "4"}))
     planned = reader.partitions()
 

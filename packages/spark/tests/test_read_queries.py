@@ -42,13 +42,20 @@ async def _seed(url: str) -> None:
         await state.close()
 
 
+@pytest.fixture(scope="module")
+def seeded_url(module_state_url: str) -> str:
+    """A state holding the history of ``_seed``, written once per backend: the tests only read it."""
+    asyncio.run(_seed(module_state_url))
+    return module_state_url
+
+
 def _load(spark: Any, url: str) -> Any:
     return spark.read.format("jobchain").option("url", url).option("partitions", "3").load()
 
 
 @pytest.mark.spark
-def test_an_unfiltered_query_after_a_filtered_one_reads_every_row(spark: Any, state_url: str) -> None:
-    asyncio.run(_seed(state_url))
+def test_an_unfiltered_query_after_a_filtered_one_reads_every_row(spark: Any, seeded_url: str) -> None:
+    state_url = seeded_url
     df = _load(spark, state_url)
     assert df.count() == 38
     assert df.where(df.status == "pending").count() == 36
@@ -58,8 +65,8 @@ def test_an_unfiltered_query_after_a_filtered_one_reads_every_row(spark: Any, st
 
 
 @pytest.mark.spark
-def test_filters_of_successive_queries_never_accumulate(spark: Any, state_url: str) -> None:
-    asyncio.run(_seed(state_url))
+def test_filters_of_successive_queries_never_accumulate(spark: Any, seeded_url: str) -> None:
+    state_url = seeded_url
     df = _load(spark, state_url)
     assert df.where(df.status == "completed").count() == 2
     assert df.where(df.type_name == "send_email").count() == 6
@@ -70,8 +77,8 @@ def test_filters_of_successive_queries_never_accumulate(spark: Any, state_url: s
 
 
 @pytest.mark.spark
-def test_subset_options_narrow_every_query_of_the_dataframe(spark: Any, state_url: str) -> None:
-    asyncio.run(_seed(state_url))
+def test_subset_options_narrow_every_query_of_the_dataframe(spark: Any, seeded_url: str) -> None:
+    state_url = seeded_url
     resize = (
         spark.read.format("jobchain")
         .option("url", state_url)
