@@ -278,20 +278,16 @@ class Slots:
                 runner.attempt.signal.abort(AbortReason.SHUTDOWN)
         _, pending = await asyncio.wait(pending, timeout=min(SHUTDOWN_GRACE_SECONDS, deadline))
         job_ids = [job_id for job_id, task in self.inflight.items() if task in pending]
-        for task in pending:
-            task.cancel()
-        # Bounded: a handler (or a driver under it) that swallows its cancellation would
-        # otherwise keep stop() waiting for ever. Its job is handed back all the same; what the
+        # A job whose attempt ignored its cancellation is handed back all the same; what the
         # attempt writes later is fenced (its lease is gone), as after any lost lease.
-        if pending:
-            _, stuck = await asyncio.wait(pending, timeout=SHUTDOWN_GRACE_SECONDS)
-            if stuck:
-                log.warning(
-                    "worker %s stops without %d attempt(s) that ignored their cancellation: jobs %s",
-                    self._worker_id,
-                    len(stuck),
-                    ", ".join(sorted(job_id for job_id, task in self.inflight.items() if task in stuck)),
-                )
+        stuck = await _cancel_bounded(pending)
+        if stuck:
+            log.warning(
+                "worker %s stops without %d attempt(s) that ignored their cancellation: jobs %s",
+                self._worker_id,
+                len(stuck),
+                ", ".join(sorted(job_id for job_id, task in self.inflight.items() if task in stuck)),
+            )
         await self.release(job_ids)
 
     async def _settle_announcements(self) -> None:
@@ -304,15 +300,9 @@ class Slots:
         if not self._announcing:
             return
         _, pending = await asyncio.wait(set(self._announcing), timeout=SHUTDOWN_GRACE_SECONDS)
-        for task in pending:
-            task.cancel()
-        if pending:
-            # Bounded even so: a driver may swallow a cancellation and carry on.
-            _, stuck = await asyncio.wait(pending, timeout=SHUTDOWN_GRACE_SECONDS)
-            if stuck:
-                log.warning(
-                    "%d freed-place announcement(s) still running after their cancellation", len(stuck)
-                )
+        stuck = await _cancel_bounded(pending)
+        if stuck:
+            log.warning("%d freed-place announcement(s) still running after their cancellation", len(stuck))
 
     async def release_buffered(self) -> None:
         """Hand back every job still waiting in the buffer."""
@@ -336,3 +326,15 @@ class Slots:
                     tx.hooks.job_scheduled(job.type_name)
             except JobchainError as error:
                 log.info("could not release job %s: %s", job_id, error)
+
+
+async def _cancel_bounded(tasks: set[asyncio.Task[None]]) -> set[asyncio.Task[None]]:
+    """Cancel ``tasks`` and wait for them at most :data:`SHUTDOWN_GRACE_SECONDS`; return those
+    still running. Bounded: a task (or a driver under it) that swallows its cancellation would
+    otherwise keep stop() waiting for ever."""
+    for task in tasks:
+        task.cancel()
+    if not tasks:
+        return set()
+    _, stuck = await asyncio.wait(tasks, timeout=SHUTDOWN_GRACE_SECONDS)
+    return stuck
