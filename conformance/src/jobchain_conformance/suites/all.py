@@ -93,6 +93,7 @@ from jobchain_conformance.suites.state_scheduling_pause import PausedVisibilityT
 from jobchain_conformance.suites.state_scheduling_pause import PauseTests as PauseStateTests
 from jobchain_conformance.suites.state_scheduling_priority import AgingTests
 from jobchain_conformance.suites.state_scheduling_priority import PriorityTests as PriorityStateTests
+from jobchain_conformance.suites.state_scheduling_races import ClaimRaceTests
 from jobchain_conformance.suites.state_transactions import CloseTests, SavepointTests, TransactionTests
 from jobchain_conformance.suites.state_trigger import JobsTriggerTests
 from jobchain_conformance.suites.state_workers import (
@@ -179,6 +180,7 @@ class ClaimStateSuite(
     MaxRunningTests,
     RateLimitTests,
     ConcurrentLimitTests,
+    ClaimRaceTests,
     PauseStateTests,
     PausedVisibilityTests,
     OrderingKeyTests,

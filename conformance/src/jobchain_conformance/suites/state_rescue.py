@@ -8,6 +8,7 @@ writes exactly these lines, so operators (and dashboards) read the same thing ev
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Awaitable, Callable
 from datetime import datetime, timedelta
 
 import pytest
@@ -16,6 +17,7 @@ from jobchain.contracts import (
     Capability,
     JobComplete,
     JobCompleted,
+    JobGet,
     JobRenewLease,
     JobReschedule,
     JobsAcquire,
@@ -235,8 +237,56 @@ class FencingAfterReleaseTests:
         assert await get_job(state_adapter, running.id) == again
 
 
+async def _reaped_beside_a_hold(
+    adapter: StateAdapter, job: Job, release: Callable[[], Awaitable[list[Job]]], *, at: datetime
+) -> tuple[list[Job], Job]:
+    """An atomic attempt holds ``job`` (``job_get(lock=True)``) while ``release`` runs in its own
+    transaction; the attempt then completes the job at ``at`` and commits. (What ``release``
+    returned, the stored job.)"""
+    try:
+        async with asyncio.timeout(TIMEOUT), adapter.transaction() as attempt:
+            held = await attempt.job_get(JobGet(job_id=job.id, lock=True))
+            assert held is not None
+            released = await release()
+            await attempt.job_complete(
+                JobComplete(
+                    job_id=job.id, worker_id=job.leased_by, lease_generation=held.lease_generation, now=at
+                )
+            )
+    except TimeoutError:
+        pytest.fail("a release waited for an atomic attempt's hold instead of skipping the job")
+    return released, await get_job(adapter, job.id)
+
+
 class ConcurrentReleaseTests:
-    """Heartbeats in separate transactions never both release the same job."""
+    """Heartbeats in separate transactions never both release the same job, and neither a
+    heartbeat nor the reaper releases a job an atomic attempt holds (``job_get(lock=True)``):
+    the attempt would run beside the job's next claim."""
+
+    @requires(Capability.CONCURRENT_TRANSACTIONS)
+    async def test_the_reaper_skips_an_expired_job_an_atomic_attempt_holds(
+        self, state_adapter: StateAdapter, now: datetime
+    ) -> None:
+        running = await _running_for(state_adapter, B, now=now)
+        late = now + LEASE + timedelta(seconds=3)
+        reaped, stored = await _reaped_beside_a_hold(
+            state_adapter, running, lambda: reap(state_adapter, now=late), at=late
+        )
+        assert reaped == [], "the reaper released a job whose atomic attempt still held it"
+        assert (stored.status, stored.completed_by, stored.rescue_reason) == (JobStatus.COMPLETED, B, None)
+
+    @requires(Capability.CONCURRENT_TRANSACTIONS)
+    async def test_a_heartbeat_skips_a_dead_workers_job_an_atomic_attempt_holds(
+        self, state_adapter: StateAdapter, now: datetime
+    ) -> None:
+        running, dead_at = await _dead_worker_with_a_job(state_adapter, now)
+
+        async def release() -> list[Job]:
+            return (await _release(state_adapter, dead_at)).released_jobs
+
+        released, stored = await _reaped_beside_a_hold(state_adapter, running, release, at=dead_at)
+        assert released == [], "a heartbeat released a job whose atomic attempt still held it"
+        assert (stored.status, stored.completed_by, stored.rescue_reason) == (JobStatus.COMPLETED, D, None)
 
     @requires(Capability.CONCURRENT_TRANSACTIONS)
     async def test_a_second_open_transaction_skips_what_the_first_is_releasing(

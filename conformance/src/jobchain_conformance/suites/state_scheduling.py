@@ -27,6 +27,7 @@ from jobchain_conformance.suites.state_scheduling_ordering import (
 from jobchain_conformance.suites.state_scheduling_pause import PausedVisibilityTests, PauseTests
 from jobchain_conformance.suites.state_scheduling_priority import AgingTests, PriorityTests
 from jobchain_conformance.suites.state_scheduling_prune import AnyEndPruneTests
+from jobchain_conformance.suites.state_scheduling_races import ClaimRaceTests
 from jobchain_conformance.suites.state_scheduling_schedules import SchedulesRegisterTests
 from jobchain_conformance.suites.state_scheduling_wait import JobWaitRefusalTests, JobWaitTests
 
@@ -36,6 +37,7 @@ MIXINS: tuple[type, ...] = (
     MaxRunningTests,
     RateLimitTests,
     ConcurrentLimitTests,
+    ClaimRaceTests,
     PauseTests,
     PausedVisibilityTests,
     OrderingKeyTests,
@@ -62,6 +64,7 @@ class SchedulingStateTests(
     MaxRunningTests,
     RateLimitTests,
     ConcurrentLimitTests,
+    ClaimRaceTests,
     PauseTests,
     PausedVisibilityTests,
     OrderingKeyTests,
