@@ -15,6 +15,11 @@ a rate window roll, the case drives a clock of its own (:meth:`IntegrationEnv.cl
 every client and worker built with it reads time from it, through
 :func:`jobchain.testing.clocked_state`, and the case moves it. Class attributes an adopter
 may change are listed on :class:`IntegrationSuiteBase`; none asserts on wall-clock speed.
+
+Liveness: every worker built here is watched (:mod:`._worker_errors`). A case fails at
+teardown if one of its workers reported a loop error (a heartbeat, reap, claim, wake-up
+subscription, schedule tick or prune that raised) the case did not declare with
+:meth:`IntegrationEnv.expect_worker_errors`.
 """
 
 from __future__ import annotations
@@ -34,6 +39,7 @@ from jobchain.testing import FrozenClock, clocked_state
 from jobchain.worker import Backoff, LeaseConfig, Processors, Worker
 from jobchain_conformance.capabilities import skip_unless
 from jobchain_conformance.suites._base import PoisonTransaction
+from jobchain_conformance.suites._worker_errors import WorkerErrorWatch
 
 T = TypeVar("T")
 
@@ -99,6 +105,8 @@ class IntegrationEnv:
         self.heartbeat_interval = heartbeat_interval
         self.wait_timeout = wait_timeout
         self._workers: list[Worker] = []
+        self.worker_errors = WorkerErrorWatch()
+        """The ``worker_error`` events of every worker built here (see :meth:`check_workers`)."""
 
     def clock(self) -> FrozenClock:
         """A clock for one case: it stands still until the case moves it.
@@ -149,7 +157,28 @@ class IntegrationEnv:
         options.setdefault("shutdown_timeout", min(self.wait_timeout, 10.0))
         worker = Worker(client, processors, **options)
         self._workers.append(worker)
+        # The worker emits to its client's observers: the watch joins them (once per client).
+        if not any(o is self.worker_errors for o in client.observers):
+            client.observers = (*client.observers, self.worker_errors)
+        self.worker_errors.watch(worker.worker_id)
         return worker
+
+    def expect_worker_errors(self, *operations: str, worker: Worker | None = None) -> None:
+        """Declare the loop errors this case provokes on purpose, so they do not fail it.
+
+        ``operations`` are the names the worker reports (``worker_heartbeat``,
+        ``jobs_reap_expired``, ``claim_loop``, ``listen_job_scheduled``, ``periodic``,
+        ``chains_prune``); none means all of them. ``worker`` limits the declaration to one
+        worker (default: every worker of the case). Any other loop error fails the case at
+        teardown.
+        """
+        self.worker_errors.expect(operations, worker.worker_id if worker is not None else None)
+
+    def check_workers(self) -> None:
+        """Fail the case if a worker built here reported a loop error nobody declared."""
+        failure = self.worker_errors.failure()
+        if failure is not None:
+            pytest.fail(failure, pytrace=False)
 
     async def stop_all(self) -> None:
         """Stop every worker built here (stopping a stopped or unstarted worker is a no-op)."""
@@ -379,3 +408,6 @@ class IntegrationSuiteBase:
             yield env
         finally:
             await env.stop_all()
+        # Only after every worker stopped (a stop's last heartbeat counts too), and not when
+        # stopping failed (that error says more).
+        env.check_workers()

@@ -16,6 +16,7 @@ from jobchain_conformance.suites.integration_concurrency import WorkerConcurrenc
 from jobchain_conformance.suites.integration_deletion import DeletionTests, WorkerlessCompletionTests
 from jobchain_conformance.suites.integration_leases import LeaseTests
 from jobchain_conformance.suites.integration_lifecycle import LifecycleIntegrationTests
+from jobchain_conformance.suites.integration_liveness import LivenessTests
 from jobchain_conformance.suites.integration_middleware import MiddlewareTests
 from jobchain_conformance.suites.integration_modes import ErrorPositionTests, ProcessingModeTests
 from jobchain_conformance.suites.integration_processing import ChainTests, ProcessingTests
@@ -233,6 +234,7 @@ class IntegrationSuite(
     BatchProcessingTests,
     MiddlewareTests,
     RescueTests,
+    LivenessTests,
     LifecycleIntegrationTests,
     ShutdownTests,
     NotifyResilienceTests,

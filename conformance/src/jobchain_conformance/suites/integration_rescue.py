@@ -334,6 +334,7 @@ class RescueTests:
         started = await env.start(client, work, Num(n=4))
         proxy = StateProxy(env.state)
         proxy.fail_next(20)  # an outage: the claim, the heartbeats and the reap all fail
+        env.expect_worker_errors("claim_loop", "worker_heartbeat", "jobs_reap_expired")
         # After its failed claim the loop backs off for an hour and polls once an hour, and it
         # hears no notification: only the heartbeat that gets through can make it claim.
         worker = env.worker(

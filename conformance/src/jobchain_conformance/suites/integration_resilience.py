@@ -85,6 +85,7 @@ class NotifyResilienceTests:
         worker_client = env.client(types, notify=as_notify(down))
         client = env.client(types)
         count = 6
+        env.expect_worker_errors("listen_job_scheduled")  # the worker's subscription, retried
         async with env.worker(worker_client, procs, concurrency=3):
             chains = await _start_workload(env, worker_client, types, count)
             done = await env.await_chains(client, [c.id for c in chains])
@@ -112,6 +113,7 @@ class StateResilienceTests:
         chains = await _start_workload(env, client, types, count)
         flaky = StateProxy(env.state)
         flaky.fail_next(6)
+        env.expect_worker_errors()  # whichever of its loops opens the failing transactions
         worker_client = env.client(types, state=as_state(flaky))
         async with env.worker(worker_client, procs):
             done = await env.await_chains(client, [c.id for c in chains])
@@ -138,6 +140,7 @@ class StateResilienceTests:
             await worker.start()
         chains = await _start_workload(env, client, types, count)
         # Fail a burst of transactions (claims, renewals, completions, reschedules) mid-flight.
+        env.expect_worker_errors()  # heartbeats, reaps and claims among them
         for proxy in proxies:
             proxy.fail_next(8)
         done = await env.await_chains(client, [c.id for c in chains])
@@ -167,6 +170,7 @@ class StateResilienceTests:
 
         client = env.client(types)
         started = await env.start(client, work, Num(n=5))
+        env.expect_worker_errors()  # a heartbeat or reap may meet the failing store first
         # A lease far longer than the wait: only a retried reschedule can bring the job back in time.
         long_lease = LeaseConfig(duration=timedelta(minutes=10), renew_every=timedelta(minutes=5))
         async with env.worker(env.client(types, state=as_state(proxy)), procs, lease=long_lease):
@@ -194,6 +198,7 @@ class StateResilienceTests:
 
         client = env.client(types)
         started = await env.start(client, work, Num(n=3))
+        env.expect_worker_errors()  # a heartbeat or reap may meet the failing store first
         # The suite's lease (30 s) outlasts the wait: the job must come back through the worker
         # (its completion written again, or its attempt rescheduled), never by lapsing.
         async with env.worker(env.client(types, state=as_state(proxy)), procs):
