@@ -1,6 +1,41 @@
-"""The contracts every backend implements: state, notify and observability."""
+"""The contracts every backend implements: state, notify and observability.
+
+The state contract's protocols are in :mod:`jobchain.contracts.state`; its params and result
+types live by area (``creation``, ``reads``, ``claims``, ``lifecycle``, ``deletion``,
+``workers``, ``queue_stats``, ``listings``, ``scheduling``). Import them from here:
+``from jobchain.contracts import JobsAcquire``.
+"""
 
 from jobchain.contracts.capabilities import Capability
+from jobchain.contracts.claims import (
+    JobComplete,
+    JobCompleted,
+    JobRenewLease,
+    JobReschedule,
+    JobsAcquire,
+    JobsAcquired,
+    JobsReapExpired,
+)
+from jobchain.contracts.creation import JobCreated, JobsCreate, NewJob
+from jobchain.contracts.deletion import ChainsDelete, ChainsDeleted, ChainsPrune, ChainsPruned, PrunedChain
+from jobchain.contracts.lifecycle import (
+    ChainsCancel,
+    ChainsCancelled,
+    JobFail,
+    JobFailed,
+    JobsRetried,
+    JobsRetry,
+    JobsTrigger,
+    JobsTriggered,
+)
+from jobchain.contracts.listings import (
+    DEFAULT_PAGE_SIZE,
+    MAX_PAGE_SIZE,
+    BlockedJobsList,
+    ChainJobsList,
+    ChainsList,
+    JobsList,
+)
 from jobchain.contracts.notify import (
     AnnouncesWithinState,
     Listener,
@@ -10,6 +45,8 @@ from jobchain.contracts.notify import (
 )
 from jobchain.contracts.observe import Event, NoopObserver, Observer
 from jobchain.contracts.providers import StateProvider
+from jobchain.contracts.queue_stats import QueueStatsGet
+from jobchain.contracts.reads import ChainGet, JobBlockersGet, JobGet, JobNextAvailable
 from jobchain.contracts.scheduling import (
     JobWait,
     JobWaited,
@@ -21,111 +58,88 @@ from jobchain.contracts.scheduling import (
 )
 from jobchain.contracts.state import (
     COMPLETION_REFUSALS,
-    DEFAULT_PAGE_SIZE,
-    MAX_PAGE_SIZE,
-    BlockedJobsList,
-    ChainGet,
-    ChainJobsList,
-    ChainsCancel,
-    ChainsCancelled,
-    ChainsDelete,
-    ChainsDeleted,
-    ChainsList,
-    ChainsPrune,
-    ChainsPruned,
     CompletesJobsInBatches,
-    JobBlockersGet,
-    JobComplete,
-    JobCompleted,
-    JobCreated,
-    JobFail,
-    JobFailed,
-    JobGet,
-    JobNextAvailable,
-    JobRenewLease,
-    JobReschedule,
-    JobsAcquire,
-    JobsAcquired,
-    JobsCreate,
-    JobsList,
-    JobsReapExpired,
-    JobsRetried,
-    JobsRetry,
-    JobsTrigger,
-    JobsTriggered,
-    NewJob,
     ObservesCallerCommits,
-    PrunedChain,
-    QueueStatsGet,
     ReservesConnections,
     RunsOperationsAlone,
     StateAdapter,
     StateTx,
-    WorkerHeartbeat,
-    WorkerHeartbeatResult,
-    WorkersList,
 )
+from jobchain.contracts.workers import WorkerHeartbeat, WorkerHeartbeatResult, WorkersList
 
 __all__ = [
-    "JobWait",
-    "JobWaited",
-    "PausedTypesList",
-    "ScheduleRegistration",
-    "SchedulesList",
-    "SchedulesRegister",
-    "TypesPause",
-    "COMPLETION_REFUSALS",
-    "AnnouncesWithinState",
-    "DEFAULT_PAGE_SIZE",
-    "MAX_PAGE_SIZE",
-    "BlockedJobsList",
+    # capabilities and providers
     "Capability",
-    "ChainGet",
-    "PrunedChain",
-    "JobsRetried",
-    "JobsRetry",
-    "JobFailed",
-    "JobFail",
-    "ChainsPruned",
-    "ChainsPrune",
-    "ChainsCancelled",
-    "ChainsCancel",
-    "ChainJobsList",
-    "ChainsDelete",
-    "ChainsDeleted",
-    "ChainsList",
-    "Event",
-    "JobBlockersGet",
-    "JobComplete",
-    "JobCompleted",
-    "JobCreated",
-    "JobGet",
-    "JobNextAvailable",
-    "JobRenewLease",
-    "JobReschedule",
-    "JobsAcquire",
-    "JobsAcquired",
-    "JobsCreate",
-    "JobsList",
-    "JobsReapExpired",
-    "JobsTrigger",
-    "JobsTriggered",
-    "Listener",
-    "NewJob",
-    "NoopObserver",
-    "NotifyAdapter",
+    "StateProvider",
+    # the state contract: protocols
+    "StateAdapter",
+    "StateTx",
     "CompletesJobsInBatches",
     "ObservesCallerCommits",
-    "PublishesChainsInBulk",
     "ReservesConnections",
     "RunsOperationsAlone",
-    "Observer",
-    "StateAdapter",
-    "StateProvider",
-    "StateTx",
-    "Unsubscribe",
+    "COMPLETION_REFUSALS",
+    # creation
+    "NewJob",
+    "JobsCreate",
+    "JobCreated",
+    # reads
+    "ChainGet",
+    "JobGet",
+    "JobBlockersGet",
+    "JobNextAvailable",
+    # claims
+    "JobsAcquire",
+    "JobsAcquired",
+    "JobRenewLease",
+    "JobReschedule",
+    "JobComplete",
+    "JobCompleted",
+    "JobsReapExpired",
+    # lifecycle
+    "JobFail",
+    "JobFailed",
+    "ChainsCancel",
+    "ChainsCancelled",
+    "JobsRetry",
+    "JobsRetried",
+    "JobsTrigger",
+    "JobsTriggered",
+    # deletion
+    "ChainsDelete",
+    "ChainsDeleted",
+    "ChainsPrune",
+    "ChainsPruned",
+    "PrunedChain",
+    # workers
     "WorkerHeartbeat",
     "WorkerHeartbeatResult",
-    "QueueStatsGet",
     "WorkersList",
+    # queue health
+    "QueueStatsGet",
+    # listings
+    "ChainsList",
+    "JobsList",
+    "ChainJobsList",
+    "BlockedJobsList",
+    "DEFAULT_PAGE_SIZE",
+    "MAX_PAGE_SIZE",
+    # scheduling controls
+    "JobWait",
+    "JobWaited",
+    "TypesPause",
+    "PausedTypesList",
+    "ScheduleRegistration",
+    "SchedulesRegister",
+    "SchedulesList",
+    # the notify contract
+    "NotifyAdapter",
+    "Listener",
+    "Unsubscribe",
+    "PublishesChainsInBulk",
+    "AnnouncesWithinState",
+    # observability
+    "Event",
+    "Observer",
+    "NoopObserver",
 ]
