@@ -25,6 +25,7 @@ asyncio_default_fixture_loop_scope = function
 
 BROKEN_ADAPTERS = '''
 import dataclasses
+import heapq
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from datetime import timedelta
@@ -156,6 +157,7 @@ class NoDedupWaitTx(WrappedTx):
 REAL_LAPSED = _workers.lapsed
 REAL_PRESUMED_DEAD = _workers.presumed_dead
 REAL_RESCUED = _workers.rescued
+REAL_RELEASE_JOBS = _workers._release_jobs
 
 
 def _unrecorded(job, reason, now):
@@ -260,6 +262,52 @@ class NoPruneTx(WrappedTx):
         return await self._inner.worker_heartbeat(dataclasses.replace(params, prune_after=far))
 
 
+def _reap_through_holds(ctx, params, now):
+    store = ctx.store
+    excluded = set(params.exclude_job_ids)
+    leases = [store.running[name] for name in set(params.type_names) if name in store.running]
+    chosen = []
+    for leased_until, job_id in heapq.merge(*leases):
+        if leased_until >= now or len(chosen) == params.limit:
+            break
+        if job_id not in excluded and not ctx.locked_elsewhere(job_id):  # holds are not skipped
+            chosen.append(job_id)
+    reason = _workers.RescueReason.LEASE_EXPIRED
+    return [ctx.put(REAL_RESCUED(store.jobs[job_id], reason, now), through_holds=True) for job_id in chosen]
+
+
+class ReapsHeldJobsTx(WrappedTx):
+    """Bug (p): the reaper releases an expired job an atomic attempt still holds (it skips
+    locked rows, not held ones), so the job runs again beside the attempt."""
+
+    async def jobs_reap_expired(self, params):
+        return await self._inner._write(lambda ctx, now: _reap_through_holds(ctx, params, now), params.now)
+
+
+def _release_through_holds(ctx, worker_ids, now):
+    store = ctx.store
+    reason = _workers.RescueReason.WORKER_DEAD
+    released = [
+        ctx.put(REAL_RESCUED(store.jobs[job_id], reason, now), through_holds=True)
+        for worker_id in worker_ids
+        for job_id in sorted(store.leased.get(worker_id, ()))
+        if not ctx.locked_elsewhere(job_id)  # holds are not skipped
+    ]
+    released.sort(key=lambda job: (job.created_at, job.id))
+    return released
+
+
+class ReleasesHeldJobsTx(WrappedTx):
+    """Bug (q): a heartbeat releases a dead worker's job an atomic attempt still holds."""
+
+    async def worker_heartbeat(self, params):
+        _workers._release_jobs = _release_through_holds
+        try:
+            return await self._inner.worker_heartbeat(params)
+        finally:
+            _workers._release_jobs = REAL_RELEASE_JOBS
+
+
 class LeakyUnsubscribeNotify(MemoryNotifyAdapter):
     """Bug (d): unsubscribe returns but the listener stays subscribed."""
 
@@ -343,6 +391,8 @@ TestDeadListedRunning = worker_suite(DeadListedRunningTx)
 TestRestartsStartedAt = worker_suite(RestartsStartedAtTx)
 TestNeverWasDead = worker_suite(NeverWasDeadTx)
 TestNoPrune = worker_suite(NoPruneTx)
+TestReapsHeldJobs = worker_suite(ReapsHeldJobsTx)
+TestReleasesHeldJobs = worker_suite(ReleasesHeldJobsTx)
 
 
 class OnOneHub:
@@ -435,6 +485,12 @@ MUST_FAIL = {
     ],
     "TestNoPrune": [
         "test_rows_lapsed_longer_than_prune_after_are_deleted",
+    ],
+    "TestReapsHeldJobs": [
+        "test_the_reaper_skips_an_expired_job_an_atomic_attempt_holds",
+    ],
+    "TestReleasesHeldJobs": [
+        "test_a_heartbeat_skips_a_dead_workers_job_an_atomic_attempt_holds",
     ],
     "TestLeakyUnsubscribe": [
         "test_unsubscribe_stops_job_scheduled_notifications",

@@ -24,12 +24,16 @@ asyncio_default_fixture_loop_scope = function
 
 VARIANTS = '''
 import dataclasses
+from collections import Counter
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager, contextmanager
 
 import pytest
 from hypothesis import Phase, settings
 
+from jobchain.contracts import JobsList
+from jobchain.contracts.scheduling import PausedTypesList
+from jobchain.entities import JobStatus
 from jobchain.memory import _claims, _deletion, _lifecycle, _ordering, _scheduling
 from jobchain.memory.state import MemoryStateAdapter
 from jobchain_conformance.model import MODEL_SETTINGS
@@ -329,6 +333,117 @@ class TickMovesBackTx(WrappedTx):
             return await self._inner.schedules_register(params)
 
 
+class FirstReadSnapshotTx(WrappedTx):
+    """Base of the snapshot bugs: the transaction's first ``jobs_list`` takes a snapshot of one
+    thing (``_take``), which a later operation then reads instead of what committed since, as
+    a REPEATABLE READ backend's plain reads do."""
+
+    snapshot = None
+
+    async def _take(self):
+        raise NotImplementedError
+
+    async def jobs_list(self, params):
+        if self.snapshot is None and self._inner._state is not None:  # write transactions only
+            self.snapshot = await self._take()
+        return await self._inner.jobs_list(params)
+
+
+class _RunningAsSeen:
+    """A view whose running counts are the snapshot's."""
+
+    def __init__(self, view, counts):
+        self._view, self._counts = view, counts
+
+    def __getattr__(self, name):
+        return getattr(self._view, name)
+
+    def running_count(self, type_name):
+        return self._counts[type_name]
+
+
+class SnapshotRunningCountTx(FirstReadSnapshotTx):
+    """Bug (s): the claim locks the type's control row but counts the running jobs as its
+    transaction first read them, so claims committed since do not count."""
+
+    async def _take(self):
+        page = await self._inner.jobs_list(JobsList(statuses=[JobStatus.RUNNING.value], limit=500))
+        return Counter(job.type_name for job in page.items)
+
+    async def jobs_acquire(self, params):
+        if self.snapshot is None:
+            return await self._inner.jobs_acquire(params)
+        real, counts = original(_claims, "type_allowance"), self.snapshot
+
+        def allowance(ctx, type_name, limits, now):
+            as_seen = dataclasses.replace(ctx, view=_RunningAsSeen(ctx.view, counts))
+            return real(as_seen, type_name, limits, now)
+
+        with swapped(_claims, "type_allowance", allowance):
+            return await self._inner.jobs_acquire(params)
+
+
+class SnapshotRateTx(FirstReadSnapshotTx):
+    """Bug (t): the claim reads the rate window's count as its transaction first read it."""
+
+    async def _take(self):
+        return await self._inner._write(lambda ctx, now: dict(ctx.store.controls.visible(ctx.tx)), None)
+
+    async def jobs_acquire(self, params):
+        if self.snapshot is None:
+            return await self._inner.jobs_acquire(params)
+        real, seen = original(_claims, "type_allowance"), self.snapshot
+
+        def allowance(ctx, type_name, limits, now):
+            found = real(ctx, type_name, limits, now)
+            if limits is None or limits.rate_limit is None or limits.max_running is not None:
+                return found
+            control = seen.get(type_name)
+            stale = control is not None and control.window_start == found.window_start
+            count = control.window_count if stale else 0
+            return dataclasses.replace(found, cap=max(0, limits.rate_limit.limit - count), window_count=count)
+
+        with swapped(_claims, "type_allowance", allowance):
+            return await self._inner.jobs_acquire(params)
+
+
+class SnapshotPauseTx(FirstReadSnapshotTx):
+    """Bug (u): the claim sees the types paused as its transaction first read them."""
+
+    async def _take(self):
+        return {item.type_name for item in await self._inner.paused_types_list(PausedTypesList())}
+
+    async def jobs_acquire(self, params):
+        if self.snapshot is None:
+            return await self._inner.jobs_acquire(params)
+        seen = self.snapshot
+        with swapped(_claims, "paused", lambda ctx, type_name: type_name in seen):
+            return await self._inner.jobs_acquire(params)
+
+
+class SnapshotKeyTx(FirstReadSnapshotTx):
+    """Bug (v): a creation locks its ordering key but takes the key's last chain as its
+    transaction first read it, so a chain of the key committed since is not waited for."""
+
+    async def _take(self):
+        return await self._inner._write(lambda ctx, now: dict(ctx.store.ordering.visible(ctx.tx)), None)
+
+    async def jobs_create(self, params):
+        if self.snapshot is None:
+            return await self._inner.jobs_create(params)
+        seen = self.snapshot
+
+        def take_key(ctx, key, chain_id):
+            store = ctx.store
+            store.lock_table(ctx.tx, store.ordering, key)
+            previous = seen.get(key)
+            store.ordering.put(ctx.tx, key, chain_id)
+            return None if previous is None or ctx.view.last_job(previous) is None else previous
+
+        with swapped(_ordering, "take_key", take_key):
+            return await self._inner.jobs_create(params)
+
+
 def scheduling_suite(tx_class, *, with_model=False):
     class Variant(WrappedAdapter):
         pass
@@ -370,6 +485,10 @@ TestPruneForgetsLiveKeys = scheduling_suite(PruneForgetsLiveKeysTx)
 TestPruneHeldByAnyEnd = scheduling_suite(PruneHeldByAnyEndTx)
 TestPruneKeepsAnyEndRows = scheduling_suite(PruneKeepsAnyEndRowsTx)
 TestPruneIgnoresDeclaredBlockers = scheduling_suite(PruneIgnoresDeclaredBlockersTx)
+TestSnapshotRunningCount = scheduling_suite(SnapshotRunningCountTx)
+TestSnapshotRate = scheduling_suite(SnapshotRateTx)
+TestSnapshotPause = scheduling_suite(SnapshotPauseTx)
+TestSnapshotKey = scheduling_suite(SnapshotKeyTx)
 '''
 
 # variant class → cases that must fail against it (and pass against the correct control).
@@ -392,20 +511,26 @@ MUST_FAIL = {
         "test_several_low_jobs_are_each_claimed_within_their_bound_under_a_flood",
     ],
     "TestExceedsMaxRunning": [
+        "test_a_claim_counts_the_jobs_claimed_since_its_transaction_read",
+        "test_claims_released_together_never_exceed_max_running",
         "test_a_claim_stops_at_max_running_and_holds_the_type_back",
         "test_jobs_running_for_another_worker_count_against_the_limit",
         "test_an_expired_lease_counts_as_running_until_it_is_reaped",
         "test_many_parallel_claimers_never_exceed_max_running",
     ],
     "TestUnserializedLimits": [
+        "test_claims_released_together_never_exceed_max_running",
         "test_adapter_agrees_with_reference_on_scheduling",
         "test_a_claim_beside_an_uncommitted_claim_at_the_limit_gets_nothing",
     ],
     "TestClaimsPaused": [
+        "test_a_pause_committed_since_the_claims_read_holds_the_claim",
         "test_a_paused_type_is_not_claimed_and_others_are",
         "test_a_resumed_type_is_claimed_again",
     ],
     "TestIgnoresRateLimit": [
+        "test_a_claim_counts_the_rate_window_as_claims_since_its_read_left_it",
+        "test_claims_released_together_share_one_rate_window",
         "test_adapter_agrees_with_reference_on_scheduling",
         "test_at_most_limit_claims_start_in_a_window",
         "test_windows_are_aligned_on_the_epoch_not_on_the_first_claim",
@@ -414,6 +539,8 @@ MUST_FAIL = {
         "test_a_rate_limited_type_leaves_the_others_of_the_claim_alone",
     ],
     "TestUncountedRate": [
+        "test_a_claim_counts_the_rate_window_as_claims_since_its_read_left_it",
+        "test_claims_released_together_share_one_rate_window",
         "test_adapter_agrees_with_reference_on_scheduling",
         "test_at_most_limit_claims_start_in_a_window",
         "test_completed_jobs_give_back_no_rate",
@@ -421,6 +548,8 @@ MUST_FAIL = {
         "test_a_claim_beside_an_uncommitted_claim_shares_its_rate_window",
     ],
     "TestKeyRunsTwoChains": [
+        "test_a_creation_orders_after_the_chain_of_its_key_committed_since_its_read",
+        "test_creations_of_a_key_released_together_line_up",
         "test_the_next_chain_of_the_key_waits_for_the_previous_one",
         "test_a_third_chain_waits_for_the_second_not_the_first",
         "test_continuations_do_not_carry_the_key_and_the_whole_chain_holds_it",
@@ -472,6 +601,22 @@ MUST_FAIL = {
     "TestPruneIgnoresDeclaredBlockers": [
         "test_a_predecessor_also_declared_as_a_blocker_is_held_back_with_its_rows",
         "test_a_chain_waited_for_without_runs_after_failed_is_held_back",
+    ],
+    "TestSnapshotRunningCount": [
+        "test_a_claim_counts_the_jobs_claimed_since_its_transaction_read",
+        "test_claims_released_together_never_exceed_max_running",
+    ],
+    "TestSnapshotRate": [
+        "test_a_claim_counts_the_rate_window_as_claims_since_its_read_left_it",
+        "test_claims_released_together_share_one_rate_window",
+    ],
+    "TestSnapshotPause": [
+        "test_a_pause_committed_since_the_claims_read_holds_the_claim",
+        "test_a_resume_committed_since_the_claims_read_lets_the_claim_take_jobs",
+    ],
+    "TestSnapshotKey": [
+        "test_a_creation_orders_after_the_chain_of_its_key_committed_since_its_read",
+        "test_creations_of_a_key_released_together_line_up",
     ],
 }
 CONTROL = "TestCorrect"

@@ -237,17 +237,18 @@ class FencingAfterReleaseTests:
         assert await get_job(state_adapter, running.id) == again
 
 
-async def _reaped_beside_a_hold(
-    adapter: StateAdapter, job: Job, release: Callable[[], Awaitable[list[Job]]], *, at: datetime
-) -> tuple[list[Job], Job]:
+async def _released_beside_a_hold(
+    adapter: StateAdapter, job: Job, release: Callable[[], Awaitable[list[Job]]], *, at: datetime, what: str
+) -> Job:
     """An atomic attempt holds ``job`` (``job_get(lock=True)``) while ``release`` runs in its own
-    transaction; the attempt then completes the job at ``at`` and commits. (What ``release``
-    returned, the stored job.)"""
+    transaction and must release nothing; the attempt then completes the job at ``at`` and
+    commits. The stored job."""
     try:
         async with asyncio.timeout(TIMEOUT), adapter.transaction() as attempt:
             held = await attempt.job_get(JobGet(job_id=job.id, lock=True))
             assert held is not None
             released = await release()
+            assert released == [], f"{what} released a job whose atomic attempt still held it"
             await attempt.job_complete(
                 JobComplete(
                     job_id=job.id, worker_id=job.leased_by, lease_generation=held.lease_generation, now=at
@@ -255,7 +256,7 @@ async def _reaped_beside_a_hold(
             )
     except TimeoutError:
         pytest.fail("a release waited for an atomic attempt's hold instead of skipping the job")
-    return released, await get_job(adapter, job.id)
+    return await get_job(adapter, job.id)
 
 
 class ConcurrentReleaseTests:
@@ -269,10 +270,9 @@ class ConcurrentReleaseTests:
     ) -> None:
         running = await _running_for(state_adapter, B, now=now)
         late = now + LEASE + timedelta(seconds=3)
-        reaped, stored = await _reaped_beside_a_hold(
-            state_adapter, running, lambda: reap(state_adapter, now=late), at=late
+        stored = await _released_beside_a_hold(
+            state_adapter, running, lambda: reap(state_adapter, now=late), at=late, what="the reaper"
         )
-        assert reaped == [], "the reaper released a job whose atomic attempt still held it"
         assert (stored.status, stored.completed_by, stored.rescue_reason) == (JobStatus.COMPLETED, B, None)
 
     @requires(Capability.CONCURRENT_TRANSACTIONS)
@@ -284,8 +284,9 @@ class ConcurrentReleaseTests:
         async def release() -> list[Job]:
             return (await _release(state_adapter, dead_at)).released_jobs
 
-        released, stored = await _reaped_beside_a_hold(state_adapter, running, release, at=dead_at)
-        assert released == [], "a heartbeat released a job whose atomic attempt still held it"
+        stored = await _released_beside_a_hold(
+            state_adapter, running, release, at=dead_at, what="a heartbeat"
+        )
         assert (stored.status, stored.completed_by, stored.rescue_reason) == (JobStatus.COMPLETED, D, None)
 
     @requires(Capability.CONCURRENT_TRANSACTIONS)
