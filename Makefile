@@ -9,7 +9,7 @@ DEMO_PACKAGES := packages/core/pyproject.toml packages/sqlite/pyproject.toml
 PACKAGES := $(wildcard packages/*/pyproject.toml) conformance/pyproject.toml
 EDITABLES := $(foreach p,$(PACKAGES),-e $(dir $(p)))
 
-.PHONY: demo test lint typecheck check bench dist clean chaos
+.PHONY: demo test lint typecheck check bench dist clean chaos suite-mutants suite-mutants-doc
 
 $(STAMP): $(PACKAGES) requirements-dev.txt
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -28,6 +28,14 @@ demo: $(DEMO_STAMP)
 test: $(STAMP)
 	JOBCHAIN_TEST_VACUUM_CATALOGS=1 $(BIN)/python -m pytest packages conformance -q -n 4 --dist loadgroup --durations=25
 	$(MAKE) --no-print-directory lint typecheck
+
+# Every deliberately broken adapter against the cases named to catch it; prints
+# "suite mutants: N variants run, N caught, 0 missed" and rewrites docs/adapters/suite-mutants.md.
+suite-mutants: suite-mutants-doc
+	$(BIN)/python -m pytest conformance/tests -q -n 2 --dist loadgroup -k "catches or mutants"
+
+suite-mutants-doc: $(STAMP)
+	$(BIN)/python conformance/tests/mutants.py
 
 lint: $(STAMP)
 	$(BIN)/ruff check .

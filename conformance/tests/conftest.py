@@ -32,3 +32,42 @@ def without_local_constants() -> Iterator[None]:
     finally:
         providers._get_local_constants = saved
         providers.CONSTANTS_CACHE.cache.clear()
+
+
+class MutantReport:
+    """Caught/missed per broken variant, from the ``…broken_variant…`` cases of this run.
+
+    A variant is caught when every case named against it failed on it (each such test then
+    passes); one test of it failing means the suite let that variant through.
+    """
+
+    MARKERS = ("broken_variant_fails", "a_broken_variant_fails")
+
+    def __init__(self) -> None:
+        self.results: dict[str, bool] = {}
+
+    def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
+        name, _, params = report.nodeid.partition("[")
+        if report.when != "call" or not any(marker in name for marker in self.MARKERS):
+            return
+        variant = params.split("-")[0]
+        if variant.startswith("Test"):
+            module = name.split("::")[0].rsplit("/", 1)[-1]
+            key = f"{module}::{variant}"
+            self.results[key] = self.results.get(key, True) and report.passed
+
+    def pytest_terminal_summary(self, terminalreporter: pytest.TerminalReporter) -> None:
+        if not self.results:
+            return
+        missed = sorted(key for key, caught in self.results.items() if not caught)
+        terminalreporter.write_line(
+            f"suite mutants: {len(self.results)} variants run, "
+            f"{len(self.results) - len(missed)} caught, {len(missed)} missed"
+        )
+        for key in missed:
+            terminalreporter.write_line(f"  missed: {key}")
+
+
+def pytest_sessionstart(session: pytest.Session) -> None:
+    if not hasattr(session.config, "workerinput"):  # the controller (or a run without xdist)
+        session.config.pluginmanager.register(MutantReport(), "jobchain-mutant-report")

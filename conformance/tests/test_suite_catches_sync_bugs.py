@@ -96,18 +96,26 @@ class TestCorrect(Joined):
 
 
 class TestOwnConnection(Joined):
+    """Bug (a): the adapter opens a connection of its own instead of joining the caller's
+    transaction, so a started chain commits (or stays) whatever the caller does."""
+
     @pytest.fixture
     def sync_state(self, tmp_path):
         return OwnConnectionAdapter(str(tmp_path / "jobchain.db"))
 
 
 class TestFlushAtBlockExit(Joined):
+    """Bug (b): notifications are published when the start block exits, before the caller's
+    commit (and after its rollback)."""
+
     @pytest.fixture(autouse=True)
     def _broken(self, monkeypatch):
         monkeypatch.setattr(sync_client.SyncClient, "_watch_commit", flush_at_block_exit)
 
 
 class TestFlushAtCommitEvent(Joined):
+    """Bug (c): the SQLAlchemy commit hook flushes without waiting for the commit to finish."""
+
     @pytest.fixture(autouse=True)
     def _broken(self, monkeypatch):
         monkeypatch.setattr(sync_client, "observe_sqlalchemy_sync_commit", observe_without_waiting)

@@ -1,0 +1,161 @@
+"""The catalogue of deliberately broken adapters (mutants) the suite must catch.
+
+Each ``test_suite_catches_*.py`` module embeds the source of its inner run (wrapped memory
+adapters, one ``Test…`` class per variant) and names, per variant, the cases that must fail
+against it (``MUST_FAIL``, or ``BROKEN`` for the unblock races). This module reads them
+without running anything: the variants, the bug each one plants (its class docstring) and the
+cases that catch it. ``docs/adapters/suite-mutants.md`` is rendered from it (``make
+suite-mutants`` regenerates the page and runs every mutant); ``test_mutants_catalog`` keeps the
+page current and every variant listed.
+"""
+
+from __future__ import annotations
+
+import ast
+import importlib.util
+import re
+from dataclasses import dataclass
+from pathlib import Path
+from types import ModuleType
+
+HERE = Path(__file__).parent
+DOC = HERE.parents[1] / "docs" / "adapters" / "suite-mutants.md"
+_BUG = re.compile(r"^Bug \(\w+\):\s*")
+
+
+@dataclass(frozen=True, slots=True)
+class Mutant:
+    """One broken variant: where it lives, what it breaks, and the cases that must catch it."""
+
+    module: str
+    name: str
+    bug: str
+    cases: tuple[str, ...]
+
+
+def catches_modules() -> list[Path]:
+    return sorted(HERE.glob("test_suite_catches_*.py"))
+
+
+def load(path: Path) -> ModuleType:
+    spec = importlib.util.spec_from_file_location(f"_mutants_{path.stem}", path)
+    assert spec is not None
+    assert spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def embedded_sources(module: ModuleType) -> list[str]:
+    """The inner runs' source texts a catches module writes out (module-level strings)."""
+    return [
+        value
+        for name, value in vars(module).items()
+        if name.isupper() and isinstance(value, str) and "\nclass " in value
+    ]
+
+
+def _first_line(text: str | None) -> str:
+    if not text:
+        return ""
+    paragraph = text.strip().split("\n\n")[0]
+    return _BUG.sub("", " ".join(line.strip() for line in paragraph.splitlines()))
+
+
+def descriptions(source: str) -> dict[str, str]:
+    """``Test…`` class name -> the bug it plants: its own docstring, else that of the class it
+    is built from (``TestX = factory(BrokenTx, ...)``) or derives from."""
+    tree = ast.parse(source)
+    classes = {
+        node.name: node
+        for node in tree.body
+        if isinstance(node, ast.ClassDef | ast.FunctionDef | ast.AsyncFunctionDef)
+    }
+
+    def doc(name: str) -> str:
+        node = classes.get(name)
+        return _first_line(ast.get_docstring(node)) if node is not None else ""
+
+    found: dict[str, str] = {}
+    for node in tree.body:
+        if isinstance(node, ast.ClassDef) and node.name.startswith("Test"):
+            text = doc(node.name)
+            for base in node.bases:
+                if not text and isinstance(base, ast.Name):
+                    text = doc(base.id)
+            found[node.name] = text
+        elif isinstance(node, ast.Assign) and isinstance(node.value, ast.Call):
+            for target in node.targets:
+                if isinstance(target, ast.Name) and target.id.startswith("Test"):
+                    built_from = [arg.id for arg in node.value.args if isinstance(arg, ast.Name)]
+                    found[target.id] = doc(built_from[0]) if built_from else ""
+    return found
+
+
+def controls(module: ModuleType) -> set[str]:
+    control = getattr(module, "CONTROL", None)
+    if isinstance(control, str):
+        return {control}
+    if isinstance(control, dict):
+        return set(control.values())
+    return set()
+
+
+def mutants_of(path: Path) -> list[Mutant]:
+    module = load(path)
+    described: dict[str, str] = {}
+    for source in embedded_sources(module):
+        described.update(descriptions(source))
+    listed: dict[str, list[str]] = dict(getattr(module, "MUST_FAIL", {}))
+    for name in getattr(module, "BROKEN", []):
+        listed.setdefault(name, list(getattr(module, "CONCURRENT_CASES", [])))
+    return [
+        Mutant(module=path.name, name=name, bug=described.get(name, ""), cases=tuple(cases))
+        for name, cases in listed.items()
+    ]
+
+
+def unlisted(path: Path) -> list[str]:
+    """Variant classes a catches module defines but names no catching case for."""
+    module = load(path)
+    defined: set[str] = set()
+    for source in embedded_sources(module):
+        defined.update(descriptions(source))
+    listed = set(getattr(module, "MUST_FAIL", {})) | set(getattr(module, "BROKEN", []))
+    return sorted(defined - listed - controls(module) - {name for name in defined if "Correct" in name})
+
+
+def catalogue() -> list[Mutant]:
+    return [mutant for path in catches_modules() for mutant in mutants_of(path)]
+
+
+def render(mutants: list[Mutant]) -> str:
+    """The documentation page listing every mutant."""
+    lines = [
+        "# What the conformance suite is proven to catch",
+        "",
+        "<!-- Generated by `make suite-mutants` from conformance/tests/test_suite_catches_*.py;"
+        " do not edit. -->",
+        "",
+        "Each row is a deliberately broken variant of the in-process reference adapter. The suite's",
+        "own tests (`conformance/tests/test_suite_catches_*.py`) run the named cases against every",
+        "variant and fail when one of them passes, so each bug below is caught on every run.",
+        "`make suite-mutants` runs them all and prints the caught/missed count.",
+        "",
+        f"{len(mutants)} variants, "
+        f"{sum(len(m.cases) for m in mutants)} (variant, case) pairs that must fail.",
+        "",
+    ]
+    for module in sorted({m.module for m in mutants}):
+        lines += [f"## `{module}`", "", "| variant | the bug | cases that catch it |", "|---|---|---|"]
+        for mutant in (m for m in mutants if m.module == module):
+            cases = "<br>".join(f"`{case}`" for case in mutant.cases)
+            bug = mutant.bug.replace("|", r"\|")
+            lines.append(f"| `{mutant.name}` | {bug} | {cases} |")
+        lines.append("")
+    return "\n".join(lines)
+
+
+if __name__ == "__main__":
+    DOC.write_text(render(catalogue()))
+    print(f"wrote {DOC}")
