@@ -28,6 +28,7 @@ from jobchain_postgres import NotifyOptions, PostgresNotifyAdapter, PostgresStat
 from jobchain_postgres.options import Claim, target
 
 from .connection_budget import DEFAULT_NEED
+from .schema_pool import SchemaPool
 
 DEFAULT_URL = "postgresql://postgres@127.0.0.1:5432/test"
 STATE_POOL_MAX = 6
@@ -133,6 +134,23 @@ def schema_name(postgres_url: str) -> Iterator[str]:
     yield name
     with psycopg.connect(conninfo(postgres_url), autocommit=True) as connection:
         connection.execute(sql.SQL("DROP SCHEMA IF EXISTS {} CASCADE").format(sql.Identifier(name)))
+
+
+@pytest.fixture(scope="session")
+def schema_pool(postgres_url: str) -> Iterator[SchemaPool]:
+    """This process's pool of migrated schemas (see ``schema_pool.py``)."""
+    pool = SchemaPool(conninfo(postgres_url))
+    yield pool
+    pool.close()
+
+
+@pytest.fixture
+def suite_schema(schema_pool: SchemaPool) -> Iterator[str]:
+    """A schema for one suite case: migrated and empty once the case has run ``migrate()``,
+    emptied and given back to the pool after the case (the case must close its adapter)."""
+    name = schema_pool.take()
+    yield name
+    schema_pool.give_back(name)
 
 
 def with_query(url: str, **query: str) -> str:

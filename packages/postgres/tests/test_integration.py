@@ -31,8 +31,8 @@ class _PostgresState:
     claim: ClassVar[Claim] = "skip-locked"
 
     @pytest.fixture
-    async def state_adapter(self, postgres_url: str, schema_name: str) -> AsyncIterator[StateAdapter]:
-        adapter = await open_state(postgres_url, schema_name, self.claim)
+    async def state_adapter(self, postgres_url: str, suite_schema: str) -> AsyncIterator[StateAdapter]:
+        adapter = await open_state(postgres_url, suite_schema, self.claim)
         yield adapter
         await adapter.close()
 

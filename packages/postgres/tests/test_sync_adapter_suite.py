@@ -114,11 +114,11 @@ async def _poison(tx: StateTx) -> None:
 
 class TestSyncPostgresState(StateAdapterSuite):
     @pytest.fixture
-    async def state_adapter(self, postgres_url: str, schema_name: str) -> AsyncIterator[StateAdapter]:
+    async def state_adapter(self, postgres_url: str, suite_schema: str) -> AsyncIterator[StateAdapter]:
         # A case that waits for another of its own transactions would wait for itself (one
         # thread): a lock timeout makes it fail fast instead of hanging.
         url = with_query(postgres_url, options="-c lock_timeout=3000")
-        adapter = SyncPostgresStateAdapter.open_sync(url, StateOptions(schema=schema_name, pool_min_size=0))
+        adapter = SyncPostgresStateAdapter.open_sync(url, StateOptions(schema=suite_schema, pool_min_size=0))
         drive(adapter.migrate())
         driven: Any = DrivenAdapter(adapter)
         yield driven
