@@ -1,7 +1,7 @@
 """The lifecycle operations of the in-process state backend: fail, cancel, retry, propagation.
 
 A chain that becomes failed or cancelled reacts down the blocker graph in the same operation
-(see the state contract's module docstring, *Propagation*); a retry undoes that for the jobs
+(see ``jobchain.contracts.lifecycle``, *Propagation*); a retry undoes that for the jobs
 that failed because of the retried job's chain. Like the other writes (``_writes``), each
 function is one synchronous attempt.
 """
