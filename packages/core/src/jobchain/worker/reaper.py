@@ -132,6 +132,10 @@ class Reaper:
                     "worker_error", {"error": repr(error), "operation": "jobs_reap_expired"}, log_line=False
                 )
                 self._safety_due = self._now() + self._recovery.delay(failures).total_seconds()
+                # A lease reported expired stays due, but after the backoff too: else a reap that
+                # keeps failing would run again at once, forever (and starve the event loop when
+                # the failure takes no I/O).
+                self._lease_due = max(self._lease_due, self._safety_due)
                 continue
             self._streak.succeeded()
             self._safety_due = self._now() + self._safety_interval
