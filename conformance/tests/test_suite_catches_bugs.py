@@ -141,17 +141,21 @@ class EagerUnblockTx(WrappedTx):
         return result
 
 
+REAL_AWAIT_UNCOMMITTED_INSERT = _writes.Ctx.await_uncommitted_insert
+
+
 class NoDedupWaitTx(WrappedTx):
     """Bug (e): a deduplicating start decides without waiting for an uncommitted start of its
     key in another transaction (what PostgreSQL did before its lock rows): both create a chain."""
 
     async def jobs_create(self, params):
-        original = _writes.Ctx.await_uncommitted_insert
+        # The original saved at import: creations running side by side would otherwise save
+        # each other's replacement and leave it in place for every later case of the process.
         _writes.Ctx.await_uncommitted_insert = lambda ctx, job_id: None
         try:
             return await self._inner.jobs_create(params)
         finally:
-            _writes.Ctx.await_uncommitted_insert = original
+            _writes.Ctx.await_uncommitted_insert = REAL_AWAIT_UNCOMMITTED_INSERT
 
 
 REAL_LAPSED = _workers.lapsed
