@@ -415,6 +415,9 @@ class Worker(WorkerEvents):
 
     async def _sleep_or_wake(self, seconds: float) -> None:
         if seconds <= 0:
+            # Still a yield: on a state that answers without suspending, the next round would
+            # otherwise spin and starve the attempt whose ending frees the slot it waits for.
+            await asyncio.sleep(0)
             return
         await wait_or_timeout(self._wake, seconds)
         self._wake.clear()
