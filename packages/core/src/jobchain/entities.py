@@ -14,6 +14,7 @@ from enum import StrEnum
 from typing import Any, Generic, Literal, TypeAlias, TypeVar
 
 from jobchain.errors import InvalidArgumentError, InvalidJobIdError
+from jobchain.stored_text import MAX_KEY_CHARS, check_key, check_storable
 
 JsonValue: TypeAlias = Any
 """A value that survives ``json.dumps``/``json.loads`` unchanged (validated at the client boundary)."""
@@ -226,7 +227,7 @@ PRIORITY_MIN = -100
 PRIORITY_MAX = 100
 PRIORITY_AGING = timedelta(minutes=1)
 """Default of ``JobsAcquire.priority_aging`` / ``Worker(priority_aging=)``: the starvation bound."""
-MAX_ORDERING_KEY_CHARS = 255
+MAX_ORDERING_KEY_CHARS = MAX_KEY_CHARS
 
 
 def validate_priority(value: object, where: str = "priority") -> int:
@@ -248,7 +249,7 @@ def validate_ordering_key(value: object) -> str:
             f"ordering_key must be at most {MAX_ORDERING_KEY_CHARS} characters, got {len(value)}: "
             "use a shorter key (an id or a hash of the natural key)"
         )
-    return value
+    return check_storable("ordering_key", value)
 
 
 @dataclass(frozen=True, slots=True)
@@ -340,6 +341,7 @@ class Deduplication:
     def __post_init__(self) -> None:
         if not isinstance(self.key, str) or not self.key:
             raise InvalidArgumentError("Deduplication.key must be a non-empty string")
+        check_key("Deduplication.key", self.key)
         if self.scope not in ("incomplete", "any"):
             raise InvalidArgumentError(
                 f"Deduplication.scope must be 'incomplete' or 'any', got {self.scope!r}"

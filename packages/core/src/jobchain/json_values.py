@@ -5,7 +5,8 @@ reaches a state adapter, so every backend receives the same plain ``dict``/``lis
 ``str``/``int``/``float``/``bool``/``None`` tree and never sees a Python object it would
 serialize differently. msgspec does the encoding and the shape validation; this module adds
 the checks JSON itself cannot express (NaN and infinity, sets and bytes that msgspec would
-silently turn into arrays and base64 strings) and a size limit.
+silently turn into arrays and base64 strings, strings holding NUL or a lone surrogate that
+PostgreSQL or UTF-8 cannot store) and a size limit.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ import msgspec
 
 from jobchain.entities import JsonValue
 from jobchain.errors import NotJsonSerializableError
+from jobchain.stored_text import storable, unstorable_reason
 
 MAX_PAYLOAD_BYTES = 8 * 1024 * 1024
 """Default upper bound for one encoded input or output (8 MiB)."""
@@ -35,11 +37,15 @@ def _check_plain(value: object, path: str, depth: int = 0) -> None:
                 f"not JSON-serializable: {value!r} at {path}; JSON has no NaN or infinity, "
                 "use None or a finite number"
             )
-    elif isinstance(value, (str, int, bool)) or value is None:
+    elif isinstance(value, (int, bool)) or value is None:
         return
+    elif isinstance(value, str):
+        _check_text(value, path)
     elif isinstance(value, dict):
         for key, item in value.items():
-            _check_plain(item, f"{path}.{key}", depth + 1)
+            if isinstance(key, str):
+                _check_text(key, f"{path} (a key)")
+            _check_plain(item, f"{path}.{_printable(key)}", depth + 1)
     elif isinstance(value, (list, tuple)):
         for index, item in enumerate(value):
             _check_plain(item, f"{path}[{index}]", depth + 1)
@@ -62,11 +68,29 @@ def _check_plain(value: object, path: str, depth: int = 0) -> None:
     # which either encodes it in a well-defined way or raises TypeError below.
 
 
+def _printable(key: object) -> str:
+    return storable(key) if isinstance(key, str) else repr(key)
+
+
+def _check_text(text: str, path: str) -> None:
+    reason = unstorable_reason(text)
+    if reason is not None:
+        raise NotJsonSerializableError(
+            f"not storable: the string at {path} holds {reason}, which no backend can store; "
+            "remove it, or repair the text first (text.encode('utf-8', 'replace').decode('utf-8'))"
+        )
+
+
 def encode_json(value: object, *, max_bytes: int = MAX_PAYLOAD_BYTES) -> bytes:
     """Encode ``value`` as JSON bytes or raise :class:`NotJsonSerializableError` saying why."""
     _check_plain(value, "$")
     try:
         raw = msgspec.json.encode(value)
+    except UnicodeEncodeError:
+        raise NotJsonSerializableError(
+            "not storable: a string holds a lone surrogate, which no backend can store; "
+            "repair the text first (text.encode('utf-8', 'replace').decode('utf-8'))"
+        ) from None
     except (TypeError, OverflowError) as exc:
         raise NotJsonSerializableError(
             f"not JSON-serializable: {exc}; pass dicts, lists, strings, numbers, booleans, None "

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import re
 import time
 from collections import Counter
 from collections.abc import Callable, Mapping
@@ -28,8 +29,23 @@ def event_level(event_name: str) -> int:
     return logging.WARNING if event_name.endswith(("failed", "error")) else logging.DEBUG
 
 
+_UNSAFE = re.compile(r"[\x00-\x1f\x7f\ud800-\udfff]")
+"""Control characters (a newline forges a log line) and lone surrogates (no encoding has them)."""
+
+
+def _escape(match: re.Match[str]) -> str:
+    code = ord(match.group())
+    return f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}"
+
+
+def log_safe(value: object) -> str:
+    """``str(value)`` with control characters and lone surrogates escaped (``\\x0a``, ``\\ud800``)."""
+    text = str(value)
+    return _UNSAFE.sub(_escape, text) if _UNSAFE.search(text) else text
+
+
 def _line(name: str, attributes: Mapping[str, Any]) -> str:
-    return f"{name} " + " ".join(f"{key}={value}" for key, value in attributes.items())
+    return f"{name} " + " ".join(f"{key}={log_safe(value)}" for key, value in attributes.items())
 
 
 @dataclass(slots=True)

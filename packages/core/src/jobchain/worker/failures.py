@@ -35,6 +35,7 @@ from jobchain.completion import buffer_failed
 from jobchain.contracts import JobFail, JobFailed, JobReschedule
 from jobchain.entities import AttemptError, Job, Schedule
 from jobchain.errors import FailJob, RescheduleJobError
+from jobchain.stored_text import storable
 from jobchain.worker.abort import AbortReason, AttemptAbortedError
 from jobchain.worker.ownership import OWNERSHIP_LOSSES, reason_for_error
 
@@ -61,11 +62,26 @@ ATTEMPTS_EXHAUSTED = "AttemptsExhausted"
 """Error type recorded for a job claimed after its last attempt was abandoned."""
 
 
+def _message_of(error: BaseException) -> str:
+    """``str(error)``, or a stand-in when its ``__str__`` (or ``__repr__``) raises or is empty."""
+    try:
+        return str(error) or repr(error)
+    except Exception:  # a handler's own __str__ may raise anything; the attempt is still recorded
+        return f"<{type(error).__name__} whose str() raised>"
+
+
+def _traceback_of(error: BaseException) -> str:
+    try:
+        return "".join(traceback.format_exception(type(error), error, error.__traceback__)).strip()
+    except Exception:  # format_exception survives a raising __str__, not every broken exception
+        return ""
+
+
 def describe_error(error: BaseException) -> str:
     """A readable, bounded record of an error for ``last_attempt_error``."""
-    text = "".join(traceback.format_exception(type(error), error, error.__traceback__)).strip()
+    text = storable(_traceback_of(error))
     if not text:
-        text = f"{type(error).__name__}: {error!r}"
+        text = f"{type(error).__name__}: {_message_of(error)}"
     return text if len(text) <= MAX_ERROR_LENGTH else text[: MAX_ERROR_LENGTH - 15] + "\n…(truncated)"
 
 
@@ -79,13 +95,13 @@ def attempt_error_of(job: Job, worker_id: str | None, error: BaseException, at: 
     if isinstance(error, RescheduleJobError):
         message = error.cause or "rescheduled by the handler (no reason given)"
     else:
-        message = str(error) or repr(error)
-    stack = "".join(traceback.format_exception(type(error), error, error.__traceback__)).strip()
+        message = _message_of(error)
+    stack = storable(_traceback_of(error))
     return AttemptError(
         attempt=job.attempt,
         worker_id=worker_id,
-        error_type=type(error).__name__,
-        message=message,
+        error_type=storable(type(error).__name__),
+        message=storable(message),
         traceback=stack or None,
         at=at,
     )
@@ -121,7 +137,7 @@ def over_limit(job: Job, settings: AttemptSettings) -> bool:
 
 
 def _error_attributes(error: BaseException) -> dict[str, Any]:
-    return {"error": f"{type(error).__name__}: {error}", "error.type": type(error).__name__}
+    return {"error": f"{type(error).__name__}: {_message_of(error)}", "error.type": type(error).__name__}
 
 
 async def record_failure(
@@ -137,7 +153,7 @@ async def record_failure(
     released = isinstance(error, AttemptAbortedError) and error.reason is AbortReason.SHUTDOWN
     if isinstance(error, RescheduleJobError):
         schedule = error.schedule if isinstance(error.schedule, Schedule) else Schedule(after=timedelta(0))
-        message = error.cause or "rescheduled by the handler (no reason given)"
+        message = storable(error.cause or "rescheduled by the handler (no reason given)")
     elif released:
         schedule = Schedule(after=timedelta(0))
         message = RELEASED_ERROR
