@@ -186,6 +186,10 @@ def check_query_keys(
     raise InvalidURLError(text)
 
 
+_TOKEN_SCHEMES = frozenset({"nats", "tls"})
+"""Schemes whose user part without a password is a token (``nats://TOKEN@host``)."""
+
+
 def mask_url(text: str) -> str:
     """Return ``text`` with its password (and ``?password=``-like values) replaced by ``***``.
 
@@ -197,10 +201,20 @@ def mask_url(text: str) -> str:
     # The netloc ends at the first '/', '?' or '#', exactly as urllib.parse.urlsplit cuts it.
     end = min((i for i in (rest.find(c) for c in "/?#") if i >= 0), default=len(rest))
     netloc, tail = rest[:end], rest[end:]
+    if "@" in tail:
+        # An unencoded '/', '?' or '#' in a password cuts the netloc inside it, leaving the rest
+        # of the password in the tail: mask everything up to the last '@' instead. This may hide
+        # more than a password (an '@' in a query value), never less.
+        userinfo, _, after = rest.rpartition("@")
+        user, colon, _password = userinfo.partition(":")
+        shown = f"{user}:{MASK}" if colon and not set(user) & set("/?#") else MASK
+        return f"{head}://{shown}@{_mask_query(after)}"
     userinfo, at, hostinfo = netloc.rpartition("@")
     user, colon, _password = userinfo.partition(":")
     if at and colon:
         netloc = f"{user}:{MASK}@{hostinfo}"
+    elif at and head.lower() in _TOKEN_SCHEMES:
+        netloc = f"{MASK}@{hostinfo}"  # nats://TOKEN@host: the user part is the secret
     return f"{head}://{netloc}{_mask_query(tail)}"
 
 

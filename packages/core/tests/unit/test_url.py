@@ -175,7 +175,44 @@ class TestPasswordMasking:
     def test_mask_url_leaves_urls_without_password_alone(self) -> None:
         assert mask_url("redis://user@h:1/0") == "redis://user@h:1/0"
         assert mask_url("not a url") == "not a url"
-        assert mask_url("x://u:p@h/a:b@c") == "x://u:***@h/a:b@c"
+        # An '@' after the host is read as the end of a password holding '/': hidden too.
+        assert mask_url("x://u:p@h/a:b@c") == "x://u:***@c"
+
+    @pytest.mark.parametrize(
+        "text",
+        [
+            "postgresql://user:pa/s3cr3t@host/db",
+            "postgresql://user:s3c?r3t@host:5432/db?sslmode=require",
+            "postgresql://user:s3c#r3t@host/db",
+            "postgresql://user:s3@c/r3t@host/db",
+            "redis://:s3c/r3t@cache:6379/0",
+            "nats://s3cr3t@localhost:4222",
+            "nats://s3c/r3t@localhost:4222",
+        ],
+    )
+    def test_a_password_or_token_the_parser_cannot_cut_out_is_masked(self, text: str) -> None:
+        masked = mask_url(text)
+        assert "r3t" not in masked
+        assert "***" in masked
+        with pytest.raises(InvalidURLError) as info:
+            BackendURL.parse(text + " ")  # whitespace: an error message that quotes the URL
+        assert "r3t" not in str(info.value)
+
+    @given(
+        scheme=st.sampled_from(["postgresql", "postgresql+psycopg", "redis", "nats", "sqlite", "x"]),
+        user=st.text(alphabet="abc_.-", max_size=5),
+        noise=st.text(alphabet="ab/?#@:%&=", max_size=4),
+        host=st.sampled_from(["h", "host:5432", "[::1]:6379"]),
+        tail=st.sampled_from(["", "/db", "/0?sslmode=require", "/db#x"]),
+    )
+    def test_no_password_survives_masking(
+        self, scheme: str, user: str, noise: str, host: str, tail: str
+    ) -> None:
+        secret = f"Zq{noise}Kw"
+        text = f"{scheme}://{user}:{secret}@{host}{tail}"
+        assert secret not in mask_url(text)
+        assert "Zq" not in mask_url(text)
+        assert "Kw" not in mask_url(text)
 
 
 class TestMalformed:
