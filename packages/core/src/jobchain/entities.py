@@ -192,6 +192,10 @@ def _require_aware(name: str, value: datetime | None) -> None:
         raise InvalidArgumentError(f"{name} must be timezone-aware (use datetime.now(timezone.utc))")
 
 
+MAX_DELAY = timedelta(days=36500)
+"""Longest ``Schedule.after`` (about 100 years): beyond it ``now + after`` nears ``datetime.max``."""
+
+
 @dataclass(frozen=True, slots=True)
 class Schedule:
     """When a job becomes eligible: at an absolute time or after a delay (exactly one)."""
@@ -207,6 +211,11 @@ class Schedule:
             seconds = self.after.total_seconds()
             if math.isnan(seconds) or seconds < 0:
                 raise InvalidArgumentError(f"Schedule.after must be a non-negative delay, got {self.after!r}")
+            if self.after > MAX_DELAY:
+                raise InvalidArgumentError(
+                    f"Schedule.after must be at most {MAX_DELAY.days} days, got {self.after!r}: "
+                    "use Schedule(at=...) for a date that far ahead, or leave the job unscheduled"
+                )
 
     @classmethod
     def in_seconds(cls, seconds: float) -> Schedule:
@@ -215,6 +224,8 @@ class Schedule:
             raise InvalidArgumentError(f"delay must be a finite number of seconds, got {seconds!r}")
         if seconds < 0:
             raise InvalidArgumentError(f"delay must not be negative, got {seconds!r}")
+        if seconds > MAX_DELAY.total_seconds():
+            raise InvalidArgumentError(f"delay must be at most {MAX_DELAY.days} days, got {seconds!r} s")
         return cls(after=timedelta(seconds=seconds))
 
     def resolve(self, now: datetime) -> datetime:

@@ -84,9 +84,10 @@ def schedule_after(seconds: float) -> Action:
     return action
 
 
-def schedule_timedelta(seconds: float) -> Action:
+def schedule_timedelta(seconds: float | timedelta) -> Action:
     async def action(client: Client, tx: Transaction) -> Any:
-        schedule = Schedule(after=timedelta(seconds=seconds))
+        delay = seconds if isinstance(seconds, timedelta) else timedelta(seconds=seconds)
+        schedule = Schedule(after=delay)
         return await client.start_chain(tx, welcome, OK, schedule=schedule)
 
     return action
@@ -155,6 +156,10 @@ CASES: dict[str, tuple[Action, type[JobchainError], str]] = {
     "negative delay": (schedule_after(-5), InvalidArgumentError, "must not be negative"),
     "NaN delay": (schedule_after(float("nan")), InvalidArgumentError, "finite number of seconds"),
     "negative timedelta": (schedule_timedelta(-1), InvalidArgumentError, "must be a non-negative delay"),
+    "delay too large for a timedelta": (schedule_after(1e300), InvalidArgumentError, "at most 36500 days"),
+    "timedelta.max": (schedule_timedelta(timedelta.max), InvalidArgumentError, "36500 days"),
+    "lone surrogate in a deduplication key": (dedup(key="k\ud800"), InvalidArgumentError, "lone surrogate"),
+    "NUL in an input string": (start({"x": "a\x00"}, loose), JobTypeValidationError, r"NUL .* at index 1"),
     "schedule that is not a Schedule": (start(schedule=5), InvalidArgumentError, r"Schedule\.in_seconds"),
     "scope any without a window": (dedup(key="k", scope="any"), InvalidArgumentError, "needs window="),
     "empty deduplication key": (dedup(key=""), InvalidArgumentError, "non-empty string"),
