@@ -6,6 +6,7 @@ import math
 from dataclasses import dataclass
 from datetime import timedelta
 
+from jobchain.entities import MAX_DELAY
 from jobchain.errors import InvalidArgumentError
 
 
@@ -25,6 +26,9 @@ class Backoff:
             raise InvalidArgumentError(f"Backoff.initial must not be negative, got {self.initial!r}")
         if self.maximum < self.initial:
             raise InvalidArgumentError("Backoff.maximum must be at least Backoff.initial")
+        if self.maximum > MAX_DELAY:
+            # Checked here: a failed attempt's Schedule(after=delay) would refuse it mid-failure.
+            raise InvalidArgumentError(f"Backoff.maximum must be at most {MAX_DELAY.days} days")
         if not math.isfinite(self.multiplier) or self.multiplier < 1:
             raise InvalidArgumentError(
                 f"Backoff.multiplier must be a finite number >= 1, got {self.multiplier!r}"
