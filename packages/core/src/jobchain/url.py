@@ -128,7 +128,8 @@ class BackendURL:
             return NONE_URL
         netloc = ""
         if self.username is not None:
-            netloc = quote(self.username, safe="")
+            token = self.password is None and self.scheme in _TOKEN_SCHEMES
+            netloc = MASK if token and hide_password else quote(self.username, safe="")
             if self.password is not None:
                 netloc += ":" + (MASK if hide_password else quote(self.password, safe=""))
             netloc += "@"

@@ -262,3 +262,12 @@ def test_a_password_without_a_user_name_is_accepted_and_masked() -> None:
     assert "s3cret" not in repr(url)
     assert "s3cret" not in str(url)
     assert url.render(hide_password=False) == "redis://:s3cret@cache:6379/0"
+
+
+def test_a_nats_token_in_the_user_part_is_hidden_by_repr_and_str() -> None:
+    url = BackendURL.parse("nats://s3cr3t@localhost:4222")
+    for shown in (repr(url), str(url), url.render()):
+        assert "s3cr3t" not in shown
+        assert "nats://***@localhost:4222" in shown
+    assert url.render(hide_password=False) == "nats://s3cr3t@localhost:4222"
+    assert str(BackendURL.parse("redis://user@h:1/0")) == "redis://user@h:1/0"
