@@ -14,7 +14,7 @@ from enum import StrEnum
 from typing import Any, Generic, Literal, TypeAlias, TypeVar
 
 from jobchain.errors import InvalidArgumentError, InvalidJobIdError
-from jobchain.stored_text import MAX_KEY_CHARS, check_key, check_storable
+from jobchain.stored_text import MAX_KEY_CHARS, check_key
 
 JsonValue: TypeAlias = Any
 """A value that survives ``json.dumps``/``json.loads`` unchanged (validated at the client boundary)."""
@@ -253,14 +253,7 @@ def validate_priority(value: object, where: str = "priority") -> int:
 
 def validate_ordering_key(value: object) -> str:
     """Return ``value`` if it is a usable ordering key, else raise InvalidArgumentError."""
-    if not isinstance(value, str) or not value:
-        raise InvalidArgumentError(f"ordering_key must be a non-empty string, got {value!r}")
-    if len(value) > MAX_ORDERING_KEY_CHARS:
-        raise InvalidArgumentError(
-            f"ordering_key must be at most {MAX_ORDERING_KEY_CHARS} characters, got {len(value)}: "
-            "use a shorter key (an id or a hash of the natural key)"
-        )
-    return check_storable("ordering_key", value)
+    return check_key("ordering_key", value)
 
 
 @dataclass(frozen=True, slots=True)
@@ -350,8 +343,6 @@ class Deduplication:
     exclude_chain_ids: Sequence[str] = ()
 
     def __post_init__(self) -> None:
-        if not isinstance(self.key, str) or not self.key:
-            raise InvalidArgumentError("Deduplication.key must be a non-empty string")
         check_key("Deduplication.key", self.key)
         if self.scope not in ("incomplete", "any"):
             raise InvalidArgumentError(
