@@ -77,6 +77,15 @@ def translate(exc: BaseException, path: str, prefix: str, job_ids: Sequence[str]
     where = f"SQLite database {path!r}"
     if kind == "IntegrityError" and f"unique constraint failed: {prefix}job.id".lower() in lowered:
         return DuplicateJobIdError(job_ids[0] if len(job_ids) == 1 else ", ".join(job_ids) or "?")
+    if "could not decode to utf-8 column" in lowered:
+        # The driver's message quotes the stored value; name the column only.
+        column = message.split("'")[1] if message.count("'") >= 2 else "?"
+        return SqliteStateError(
+            f"{where} holds text that is not valid UTF-8 in column {column!r} (written by an older "
+            "jobchain, before lone surrogates were refused); read it through jobchain's own "
+            "connection (a transaction without connection=), which shows the bad bytes as U+FFFD",
+            path,
+        )
     if "database is locked" in lowered or "database table is locked" in lowered:
         return DatabaseLockedError(
             f"{where} stayed locked by another connection beyond the busy timeout ({message}); "

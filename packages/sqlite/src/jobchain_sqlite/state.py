@@ -30,6 +30,7 @@ from jobchain.errors import AdapterClosedError, InvalidArgumentError, JobchainEr
 from jobchain.integrations.sqlalchemy_commits import observe_sqlalchemy_commit
 from jobchain.url import BackendURL
 from jobchain_sqlite.context import TxContext
+from jobchain_sqlite.decoding import read_text
 from jobchain_sqlite.errors import SqliteVersionError, translating
 from jobchain_sqlite.migrate import apply_migrations, check_schema_version
 from jobchain_sqlite.options import SqliteOptions
@@ -266,7 +267,7 @@ class SqliteStateAdapter:
 async def _open(path: str, busy_timeout: float) -> aiosqlite.Connection:
     connection = aiosqlite.connect(path, isolation_level=None, timeout=busy_timeout)
     try:
-        return await connection
+        opened = await connection
     except BaseException:
         # aiosqlite stops its worker thread on a failed connect without waiting for it; if the
         # event loop closed first, that thread would die on the closed loop. Wait for it here.
@@ -274,6 +275,8 @@ async def _open(path: str, busy_timeout: float) -> aiosqlite.Connection:
         if thread is not None:
             await asyncio.to_thread(thread.join, 5.0)
         raise
+    opened.text_factory = read_text
+    return opened
 
 
 async def _join(connection: object, read_only: bool) -> tuple[Executor, bool]:

@@ -33,6 +33,7 @@ from jobchain.entities import utcnow
 from jobchain.errors import InvalidArgumentError
 from jobchain.url import BackendURL
 from jobchain_sqlite.context import TxContext
+from jobchain_sqlite.decoding import read_text
 from jobchain_sqlite.errors import translating
 from jobchain_sqlite.migrate import apply_migrations, check_schema_version
 from jobchain_sqlite.options import SqliteOptions
@@ -76,6 +77,7 @@ class SyncSqliteStateAdapter(SqliteStateAdapter):
             )
             try:
                 conn.row_factory = sqlite3.Row
+                conn.text_factory = read_text
                 if not reader:
                     conn.execute("PRAGMA journal_mode = WAL").fetchall()
                     conn.execute(f"PRAGMA synchronous = {opts.synchronous}").fetchall()

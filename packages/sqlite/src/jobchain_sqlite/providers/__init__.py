@@ -37,7 +37,8 @@ class AiosqliteExecutor:
 
     async def fetch(self, sql: str, params: Params | None = None) -> Sequence[Row]:
         if self._own:
-            # One thread hop: the adapter's connections use sqlite3.Row rows.
+            # One thread hop: the adapter's connections use sqlite3.Row rows. Their text never
+            # fails to decode (decoding.read_text), so no row error can leave the statement open.
             return list(await self._conn.execute_fetchall(sql, params or {}))
         # The caller's connection keeps its own row_factory; name columns from the cursor.
         async with self._conn.execute(sql, params or {}) as cursor:

@@ -32,7 +32,10 @@ class SqlAlchemyExecutor:
         result = await self._conn.exec_driver_sql(sql, dict(params or {}))
         if not result.returns_rows:
             return []
-        return list(result.mappings().all())
+        try:
+            return list(result.mappings().all())
+        finally:
+            result.close()  # a row that fails to decode must not leave the statement in progress
 
     async def in_transaction(self) -> bool:
         raw = await self._conn.get_raw_connection()
