@@ -22,6 +22,7 @@ from jobchain.contracts import (
     StateAdapter,
 )
 from jobchain.errors import InvalidCursorError, InvalidPageSizeError
+from jobchain.pagination import query_fingerprint
 from jobchain_conformance.helpers import create, ids, new_job, start
 from jobchain_conformance.suites.state_listing import at, chain_ids, chains, five_chains, jobs, walk
 
@@ -115,6 +116,30 @@ class CursorTests:
         await five_chains(state_adapter, now)
         with pytest.raises(InvalidCursorError):
             await chains(state_adapter, ChainsList(cursor=cursor))
+
+    @pytest.mark.parametrize(
+        ("listing", "key", "item"),
+        [
+            ("chain_jobs_list", 2**70, "id"),
+            ("chain_jobs_list", -(2**64), "id"),
+            ("chains_list", "2026-01-01T00:00:00+00:00", "id\x00"),
+            ("jobs_list", "2026-01-01T00:00:00+00:00\ud800", "id"),
+            ("jobs_list", "not a time", "id"),
+            ("blocked_jobs_list", "x" * 5000, "id"),
+        ],
+        ids=["index-too-big", "index-too-small", "nul-id", "surrogate-time", "not-a-time", "huge-key"],
+    )
+    async def test_a_tampered_position_is_an_invalid_cursor_error(
+        self, state_adapter: StateAdapter, now: datetime, listing: str, key: object, item: str
+    ) -> None:
+        """A cursor re-signed with the query's own fingerprint but a hostile position."""
+        await five_chains(state_adapter, now)
+        build = dict(LISTINGS)[listing]
+        params = build()
+        forged = _foreign_cursor({"q": query_fingerprint(params), "k": [key, item]})
+        with pytest.raises(InvalidCursorError):
+            async with state_adapter.transaction(read_only=True) as tx:
+                await getattr(tx, listing)(build(cursor=forged))
 
     async def test_exactly_full_last_page_has_no_next_cursor(
         self, state_adapter: StateAdapter, now: datetime

@@ -15,6 +15,13 @@ from datetime import datetime
 from typing import Any
 
 from jobchain.errors import InvalidCursorError
+from jobchain.stored_text import MAX_KEY_CHARS, unstorable_reason
+
+MAX_CURSOR_CHARS = 1024
+"""Longer cursors are refused unread (a real one is under 200 characters)."""
+MAX_SORT_TEXT_CHARS = 64
+"""A sort value in text is a timestamp (about 32 characters)."""
+_INT64_MIN, _INT64_MAX = -(2**63), 2**63 - 1
 
 
 def query_fingerprint(params: Any) -> str:
@@ -41,12 +48,22 @@ def encode_cursor(params: Any, sort_value: str | int, item_id: str) -> str:
 
 
 def decode_cursor(params: Any) -> tuple[str | int, str] | None:
-    """The keyset position carried by ``params.cursor`` (None when there is no cursor)."""
+    """The keyset position carried by ``params.cursor`` (None when there is no cursor).
+
+    What it returns can be bound by every backend: an int64, a short storable string, a
+    storable id of at most 255 characters. Anything else, tampered or forged, is an
+    :class:`InvalidCursorError`; the cursor itself is never echoed (it is caller input).
+    """
     cursor = params.cursor
     if cursor is None:
         return None
     if not isinstance(cursor, str) or not cursor:
-        raise InvalidCursorError(f"cursor must be a next_cursor string, got {cursor!r}")
+        raise InvalidCursorError(f"cursor must be a next_cursor string, got {type(cursor).__name__}")
+    if len(cursor) > MAX_CURSOR_CHARS:
+        raise InvalidCursorError(
+            f"cursor is longer than {MAX_CURSOR_CHARS} characters, so not a jobchain cursor; "
+            "pass the next_cursor of the previous page"
+        )
     try:
         padded = cursor + "=" * (-len(cursor) % 4)
         payload = json.loads(base64.urlsafe_b64decode(padded.encode()))
@@ -54,13 +71,25 @@ def decode_cursor(params: Any) -> tuple[str | int, str] | None:
         sort_value, item_id = payload["k"]
     except (ValueError, KeyError, TypeError):
         raise InvalidCursorError(
-            f"cursor {cursor!r} is not a jobchain cursor; pass the next_cursor of the previous page"
+            "cursor is not a jobchain cursor; pass the next_cursor of the previous page"
         ) from None
     if fingerprint != query_fingerprint(params):
         raise InvalidCursorError(
             "cursor belongs to a different query (other filters, order or listing); "
             "pass the next_cursor of the previous page of this same query"
         )
-    if not isinstance(sort_value, (str, int)) or not isinstance(item_id, str):
-        raise InvalidCursorError(f"cursor {cursor!r} is malformed")
+    if not (_bindable_sort_value(sort_value) and _bindable_text(item_id, MAX_KEY_CHARS)):
+        raise InvalidCursorError("cursor is malformed; pass the next_cursor of the previous page")
     return sort_value, item_id
+
+
+def _bindable_sort_value(value: object) -> bool:
+    if isinstance(value, bool):
+        return False
+    if isinstance(value, int):
+        return _INT64_MIN <= value <= _INT64_MAX
+    return _bindable_text(value, MAX_SORT_TEXT_CHARS)
+
+
+def _bindable_text(value: object, limit: int) -> bool:
+    return isinstance(value, str) and len(value) <= limit and unstorable_reason(value) is None

@@ -25,6 +25,17 @@ def _after(params: Any, sort_type: type) -> dict[str, Any]:
     sort_value, item_id = position
     if not isinstance(sort_value, sort_type) or isinstance(sort_value, bool):
         raise InvalidCursorError("cursor is malformed; pass the next_cursor of the previous page")
+    if isinstance(sort_value, str):
+        # Time positions are compared as text: anything but a time would page silently wrong.
+        try:
+            at = datetime.fromisoformat(sort_value)
+        except ValueError:
+            at = None
+        if at is None or at.tzinfo is None:
+            raise InvalidCursorError(
+                "cursor does not carry a creation time; pass the next_cursor of the previous page"
+            )
+        sort_value = fmt_time(at)
     return {"after_key": sort_value, "after_id": item_id}
 
 
