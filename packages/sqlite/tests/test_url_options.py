@@ -10,6 +10,7 @@ from click.testing import CliRunner
 import jobchain
 from jobchain.cli import main
 from jobchain.errors import InvalidURLError
+from jobchain_sqlite import SqliteOptions
 
 
 def test_migrate_with_a_typo_exits_with_one_line(tmp_path: Path) -> None:
@@ -41,3 +42,19 @@ def test_migrate_into_a_missing_directory_is_one_line(tmp_path: Path) -> None:
     assert len(lines) == 1, result.output
     assert "Traceback" not in result.output
     assert "cannot be opened" in lines[0]
+
+
+def test_a_nul_in_the_path_is_a_one_line_error_and_nothing_is_created(tmp_path: Path) -> None:
+    result = CliRunner().invoke(main, ["migrate", "--state", f"sqlite:///{tmp_path}/a%00b.db"])
+    assert result.exit_code != 0
+    assert "Traceback" not in result.output
+    assert not isinstance(result.exception, (ValueError, OverflowError)), result.exception
+    lines = [line for line in result.output.splitlines() if line.strip()]
+    assert len(lines) == 1, result.output
+    assert "NUL" in lines[0]
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_options_refuse_a_nul_in_the_path() -> None:
+    with pytest.raises(InvalidURLError, match="NUL"):
+        SqliteOptions(path="jobs\x00.db")

@@ -41,6 +41,8 @@ class SqliteOptions:
     def __post_init__(self) -> None:
         if not isinstance(self.path, str) or not self.path:
             raise InvalidURLError("the SQLite path is empty; expected e.g. 'sqlite:///jobchain.db'")
+        if "\x00" in self.path:
+            raise InvalidURLError("the SQLite path holds a NUL character (%00 in a URL); remove it")
         validate_prefix(self.table_prefix)
         if not self.busy_timeout >= 0:
             raise InvalidURLError(
