@@ -20,6 +20,7 @@ from jobchain_conformance.suites.integration_lifecycle import LifecycleIntegrati
 from jobchain_conformance.suites.integration_liveness import LivenessTests
 from jobchain_conformance.suites.integration_middleware import MiddlewareTests
 from jobchain_conformance.suites.integration_modes import ErrorPositionTests, ProcessingModeTests
+from jobchain_conformance.suites.integration_number_types import NumberTypeTests
 from jobchain_conformance.suites.integration_processing import ChainTests, ProcessingTests
 from jobchain_conformance.suites.integration_rescue import RescueTests
 from jobchain_conformance.suites.integration_resilience import NotifyResilienceTests, StateResilienceTests
@@ -229,6 +230,7 @@ class IntegrationSuite(
     RetryTests,
     HandlerErrorTests,
     HostileTextTests,
+    NumberTypeTests,
     ProcessingModeTests,
     ErrorPositionTests,
     LeaseTests,

@@ -9,7 +9,6 @@ defaults where a schema does not have them yet.
 
 from __future__ import annotations
 
-import json
 import uuid
 from collections.abc import Callable, Sequence
 from datetime import UTC, datetime, timedelta
@@ -26,13 +25,13 @@ from jobchain.entities import (
     AttemptError,
     Job,
     JobStatus,
-    JsonValue,
     Schedule,
     WorkerInfo,
     WorkerState,
     attempt_errors_from_json,
 )
 from jobchain.errors import InvalidArgumentError, InvalidJobIdError
+from jobchain_postgres._json_text import json_text
 
 Row = tuple[Any, ...]
 
@@ -304,14 +303,6 @@ def job_uuid(value: object) -> str:
     if canonical is None:
         raise InvalidJobIdError(value)
     return canonical
-
-
-def json_text(value: JsonValue) -> str:
-    """``value`` as JSON text for a ``::jsonb`` parameter."""
-    try:
-        return json.dumps(value, allow_nan=False, separators=(",", ":"))
-    except (TypeError, ValueError) as exc:
-        raise InvalidArgumentError(f"value is not JSON-serializable: {exc}") from None
 
 
 def attempt_error_param(entry: AttemptError | None) -> str | None:
