@@ -32,6 +32,8 @@ NOTICES: Final = {
     "resumed": "Job type {} resumed.",
 }
 COUNTED: Final = frozenset({"retried_all", "retried_more"})
+MAX_COUNT_DIGITS: Final = 12
+"""A counted notice's subject longer than this is shown as 0 (a count is never that long)."""
 NAMED: Final = frozenset({"paused", "resumed"})
 """Notices whose subject is a job type name (shown only if it is one)."""
 STALE_AFTER: Final = timedelta(days=1)
@@ -48,7 +50,9 @@ def notice(request: Request) -> str | None:
     if template is None:
         return None
     if done in COUNTED:
-        return template.format(int(subject) if subject.isdigit() else 0)
+        # ASCII digits only, and few: int() refuses "²" and numbers of over 4300 digits.
+        counted = subject.isascii() and subject.isdigit() and len(subject) <= MAX_COUNT_DIGITS
+        return template.format(int(subject) if counted else 0)
     if done in NAMED:
         try:
             return template.format(validate_type_name(subject))

@@ -13,7 +13,6 @@ another site cannot forge one (it cannot read the cookie nor our pages). A reque
 from __future__ import annotations
 
 import base64
-import binascii
 import hashlib
 import hmac
 import secrets
@@ -113,7 +112,7 @@ class Guard:
         if scheme == "basic":
             try:
                 decoded = base64.b64decode(value.strip(), validate=True).decode()
-            except (binascii.Error, UnicodeDecodeError):
+            except ValueError:  # not base64 (binascii.Error), not ASCII, or not UTF-8 once decoded
                 return False
             user, colon, password = decoded.partition(":")
             return bool(colon) and self.check_password(user, password)
@@ -145,7 +144,7 @@ class Guard:
         if not cookie:
             return None
         body, _, signature = cookie.rpartition(".")
-        if not body or not hmac.compare_digest(signature, self._sign(body)):
+        if not body or not _same(signature, self._sign(body)):
             return None
         sid, flag, expires = [*body.split("."), "", "", ""][:3]
         if not expires.isdigit() or int(expires) < time.time() or flag not in ("0", "1"):
@@ -156,15 +155,23 @@ class Guard:
         return self._sign("csrf." + session.sid)
 
     def check_csrf(self, session: Session, token: object) -> bool:
-        return isinstance(token, str) and hmac.compare_digest(token, self.csrf_token(session))
+        return isinstance(token, str) and _same(token, self.csrf_token(session))
 
     def _sign(self, text: str) -> str:
-        digest = hmac.new(self._key, text.encode(), hashlib.sha256).digest()
+        digest = hmac.new(self._key, text.encode("utf-8", "surrogatepass"), hashlib.sha256).digest()
         return base64.urlsafe_b64encode(digest).decode().rstrip("=")
 
 
 def _same(given: str, expected: str) -> bool:
-    return hmac.compare_digest(given.encode(), expected.encode())
+    """Constant-time equality of a client's string and ours, whatever characters it holds.
+
+    Compared as UTF-8 bytes: ``hmac.compare_digest`` refuses a non-ASCII ``str`` with a
+    TypeError, which a hostile cookie or form field would turn into a 500 per request;
+    ``surrogatepass`` so that not even a lone surrogate can make the encoding fail.
+    """
+    return hmac.compare_digest(
+        given.encode("utf-8", "surrogatepass"), expected.encode("utf-8", "surrogatepass")
+    )
 
 
 def client_address(scope: Scope) -> str:
