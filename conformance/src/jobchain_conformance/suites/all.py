@@ -97,6 +97,7 @@ from jobchain_conformance.suites.state_scheduling_pause import PauseTests as Pau
 from jobchain_conformance.suites.state_scheduling_priority import AgingTests
 from jobchain_conformance.suites.state_scheduling_priority import PriorityTests as PriorityStateTests
 from jobchain_conformance.suites.state_scheduling_races import ClaimRaceTests
+from jobchain_conformance.suites.state_sessions import SessionRevocationTests
 from jobchain_conformance.suites.state_transactions import CloseTests, SavepointTests, TransactionTests
 from jobchain_conformance.suites.state_trigger import JobsTriggerTests
 from jobchain_conformance.suites.state_workers import (
@@ -157,6 +158,7 @@ class StateAdapterSuite(
     ReadIsolationTests,
     ConcurrencyTests,
     CloseTests,
+    SessionRevocationTests,
     ModelTests,
     StateSuiteBase,
 ):

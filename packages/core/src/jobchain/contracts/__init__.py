@@ -56,6 +56,7 @@ from jobchain.contracts.scheduling import (
     SchedulesRegister,
     TypesPause,
 )
+from jobchain.contracts.sessions import RevokesSessions, SessionRevoked, SessionsRevoke, session_key
 from jobchain.contracts.state import (
     COMPLETION_REFUSALS,
     CompletesJobsInBatches,
@@ -132,6 +133,11 @@ __all__ = [
     "ScheduleRegistration",
     "SchedulesRegister",
     "SchedulesList",
+    # revoked dashboard sessions (optional)
+    "RevokesSessions",
+    "SessionsRevoke",
+    "SessionRevoked",
+    "session_key",
     # the notify contract
     "NotifyAdapter",
     "Listener",

@@ -123,6 +123,7 @@ class Store:
         self.ordering: KeyedTable[str] = KeyedTable()  # ordering key -> the chain created last with it
         self.controls: KeyedTable[TypeControl] = KeyedTable()  # type name -> pause and rate window
         self.schedules: KeyedTable[ScheduleRecord] = KeyedTable()  # schedule name -> record
+        self.sessions: KeyedTable[datetime] = KeyedTable()  # session_key -> revoked until
         self.created: SortedKeys[CreatedKey] = SortedKeys()
         self.roots: SortedKeys[CreatedKey] = SortedKeys()
         self.locks: dict[str, TxState] = {}

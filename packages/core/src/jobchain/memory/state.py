@@ -25,6 +25,7 @@ from jobchain.contracts.scheduling import (
     SchedulesRegister,
     TypesPause,
 )
+from jobchain.contracts.sessions import SessionRevoked, SessionsRevoke
 from jobchain.contracts.state import (
     BlockedJobsList,
     ChainGet,
@@ -69,6 +70,7 @@ from jobchain.memory import (
     _lifecycle,
     _reads,
     _scheduling,
+    _sessions,
     _stats,
     _waits,
     _workers,
@@ -376,6 +378,15 @@ class MemoryStateTx:
     async def schedules_list(self, params: SchedulesList) -> list[ScheduleRecord]:
         self._check(write=False)
         return _scheduling.schedules_list(self._store, self._state)
+
+    # ------------------------------------------------------------ revoked sessions (RevokesSessions)
+
+    async def sessions_revoke(self, params: SessionsRevoke) -> None:
+        await self._write(lambda ctx, now: _sessions.sessions_revoke(ctx, params, now), params.now)
+
+    async def session_revoked(self, params: SessionRevoked) -> bool:
+        self._check(write=False)
+        return _sessions.session_revoked(self._store, self._state, params, self._adapter._now(params.now))
 
     # ------------------------------------------------------------ listings
 
