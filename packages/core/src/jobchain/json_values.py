@@ -81,12 +81,40 @@ def _check_text(text: str, path: str) -> None:
         )
 
 
+def _plain(value: object, depth: int = 0) -> bool:
+    """Whether ``value`` passes every check of :func:`_check_plain`, building no path.
+
+    The hot path: every input and output goes through it. Lone surrogates are left to msgspec,
+    which raises ``UnicodeEncodeError`` for them; only a value that fails is walked again by
+    ``_check_plain`` to name the offending path.
+    """
+    kind = type(value)
+    if kind is str:
+        return "\x00" not in value  # type: ignore[operator]  # kind is str
+    if kind is int or kind is bool or value is None:
+        return True
+    if kind is float:
+        return math.isfinite(value)  # type: ignore[arg-type]  # kind is float
+    if depth >= _MAX_DEPTH:
+        return False
+    if kind is dict:
+        for key, item in value.items():  # type: ignore[attr-defined]  # kind is dict
+            if (type(key) is str and "\x00" in key) or not _plain(item, depth + 1):
+                return False
+        return True
+    if kind is list or kind is tuple:
+        return all(_plain(item, depth + 1) for item in value)  # type: ignore[attr-defined]
+    return False  # anything else: the full check decides
+
+
 def encode_json(value: object, *, max_bytes: int = MAX_PAYLOAD_BYTES) -> bytes:
     """Encode ``value`` as JSON bytes or raise :class:`NotJsonSerializableError` saying why."""
-    _check_plain(value, "$")
+    if not _plain(value):
+        _check_plain(value, "$")
     try:
         raw = msgspec.json.encode(value)
     except UnicodeEncodeError:
+        _check_plain(value, "$")  # names the path of the lone surrogate
         raise NotJsonSerializableError(
             "not storable: a string holds a lone surrogate, which no backend can store; "
             "repair the text first (text.encode('utf-8', 'replace').decode('utf-8'))"
