@@ -364,6 +364,7 @@ class TestSchema:
             "0005_job_lifecycle",
             "0006_queue_stats",
             "0007_scheduling",
+            "0008_session_revocations",
         ]
         assert "jobchain_job_listing_status_idx" not in indexes
         assert "jobchain_job_listing_idx" in indexes

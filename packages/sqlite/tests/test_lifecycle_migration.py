@@ -301,7 +301,8 @@ async def test_a_database_without_the_lifecycle_migration_raises_schema_not_migr
     try:
         with pytest.raises(
             CoreSchemaNotMigratedError,
-            match=r"0005_job_lifecycle, 0006_queue_stats, 0007_scheduling not applied.*jobchain migrate",
+            match=r"0005_job_lifecycle, 0006_queue_stats, 0007_scheduling, 0008_session_revocations"
+            r" not applied.*jobchain migrate",
         ):
             async with adapter.transaction() as tx:
                 await tx.jobs_list(JobsList())

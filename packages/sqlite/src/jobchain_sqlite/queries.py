@@ -118,6 +118,9 @@ class Queries:
     schedules_list: str
     blocked_jobs_list_asc: str
     blocked_jobs_list_desc: str
+    sessions_revoke: str
+    sessions_prune: str
+    session_revoked: str
 
     def listing(self, name: str, order: Literal["asc", "desc"]) -> str:
         """The ``order`` variant of listing ``name`` (e.g. ``jobs_list``)."""
@@ -148,6 +151,7 @@ MIGRATIONS: tuple[str, ...] = (
     "0005_job_lifecycle",
     "0006_queue_stats",
     "0007_scheduling",
+    "0008_session_revocations",
 )
 """Migration names in the order they apply; each is ``migrations/<name>.sql``."""
 

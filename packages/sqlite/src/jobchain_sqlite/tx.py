@@ -19,6 +19,7 @@ from jobchain.contracts.scheduling import (
     SchedulesRegister,
     TypesPause,
 )
+from jobchain.contracts.sessions import SessionRevoked, SessionsRevoke
 from jobchain.contracts.state import (
     BlockedJobsList,
     ChainGet,
@@ -71,7 +72,7 @@ from jobchain.errors import (
     JobchainError,
 )
 from jobchain.stats import QueueStats
-from jobchain_sqlite import claims, lifecycle, listing, scheduling, stats, workers
+from jobchain_sqlite import claims, lifecycle, listing, scheduling, sessions, stats, workers
 from jobchain_sqlite.complete import jobs_complete, lease_error
 from jobchain_sqlite.context import TxContext
 from jobchain_sqlite.create import jobs_create
@@ -429,6 +430,15 @@ class SqliteTx:
 
     async def schedules_list(self, params: SchedulesList) -> list[ScheduleRecord]:
         return await scheduling.schedules_list(self._ctx, params)
+
+    # ------------------------------------------------------------ revoked sessions (RevokesSessions)
+
+    async def sessions_revoke(self, params: SessionsRevoke) -> None:
+        """Two statements in this write transaction: prune the expired, upsert this one."""
+        await sessions.sessions_revoke(self._ctx, params)
+
+    async def session_revoked(self, params: SessionRevoked) -> bool:
+        return await sessions.session_revoked(self._ctx, params)
 
 
 __all__ = ["SqliteTx"]
