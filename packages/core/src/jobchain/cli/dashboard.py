@@ -15,6 +15,7 @@ from types import FrameType
 
 import click
 import uvicorn  # imported here: a missing extra makes the CLI name the install line
+from starlette.applications import Starlette
 
 from jobchain.cli.common import NOTIFY_URL_HELP, STATE_URL_HELP
 from jobchain.dashboard import DashboardSettings, check_bind, create_app
@@ -29,8 +30,45 @@ def _one_line(error: Exception) -> str:
     return " ".join(str(error).split())
 
 
+def server_config(
+    app: Starlette, *, host: str, port: int, root_path: str, forwarded_allow_ips: str | None
+) -> uvicorn.Config:
+    """uvicorn's configuration for the dashboard ``app``.
+
+    ``X-Forwarded-For`` and ``X-Forwarded-Proto`` are believed only from the proxies in
+    ``forwarded_allow_ips`` (uvicorn's comma-separated list); None believes no one. uvicorn
+    itself believes 127.0.0.1 by default, which let anyone on this machine, or any proxy on
+    it that passes the header through, pick the address the login throttle counts.
+    """
+    trusted = forwarded_allow_ips is not None
+    return uvicorn.Config(
+        app,
+        host=host,
+        port=port,
+        root_path=root_path,
+        log_level="info",
+        proxy_headers=trusted,
+        forwarded_allow_ips=forwarded_allow_ips if trusted else None,
+    )
+
+
+def _proxies(ctx: click.Context, param: click.Parameter, value: str | None) -> str | None:
+    if value is None:
+        return None
+    names = [part.strip() for part in value.split(",") if part.strip()]
+    if not names:
+        raise click.BadParameter("name at least one proxy address (or network), e.g. 10.0.0.5")
+    return ",".join(names)
+
+
 async def _serve(
-    state: str | None, notify: str | None, settings: DashboardSettings, host: str, port: int, root_path: str
+    state: str | None,
+    notify: str | None,
+    settings: DashboardSettings,
+    host: str,
+    port: int,
+    root_path: str,
+    forwarded_allow_ips: str | None,
 ) -> None:
     from jobchain.client import connect
     from jobchain.connect_backends import resolve_state_url
@@ -42,7 +80,9 @@ async def _serve(
     try:
         await client.list_workers()  # reads a table: an unmigrated database fails now, not per page
         app = create_app(client, replace(settings, state_label=label))
-        config = uvicorn.Config(app, host=host, port=port, root_path=root_path, log_level="info")
+        config = server_config(
+            app, host=host, port=port, root_path=root_path, forwarded_allow_ips=forwarded_allow_ips
+        )
         await uvicorn.Server(config).serve()
     finally:
         await client.close()
@@ -55,8 +95,24 @@ async def _serve(
 @click.option("--port", default=8000, show_default=True, type=click.IntRange(1, 65535), help="Port.")
 @click.option("--read-only", is_flag=True, default=False, help="Hide and refuse retry, cancel and delete.")
 @click.option("--root-path", default="", help="URL prefix when served behind a proxy under a path.")
+@click.option(
+    "--forwarded-allow-ips",
+    default=None,
+    callback=_proxies,
+    metavar="ADDRESSES",
+    help=(
+        "Comma-separated addresses (or networks) of the reverse proxies whose X-Forwarded-For and "
+        "X-Forwarded-Proto are believed; default: none, the login throttle counts the peer's address."
+    ),
+)
 def dashboard_command(
-    state: str | None, notify: str | None, host: str, port: int, read_only: bool, root_path: str
+    state: str | None,
+    notify: str | None,
+    host: str,
+    port: int,
+    read_only: bool,
+    root_path: str,
+    forwarded_allow_ips: str | None,
 ) -> None:
     """Serve the web dashboard: queues, chains, failed jobs (retry, cancel, delete), workers.
 
@@ -83,11 +139,11 @@ def dashboard_command(
     signal.signal(signal.SIGINT, _interrupt)
     signal.signal(signal.SIGTERM, _interrupt)  # a container's stop: the same clean shutdown
     try:
-        asyncio.run(_serve(state, notify, settings, host, port, root_path))
+        asyncio.run(_serve(state, notify, settings, host, port, root_path, forwarded_allow_ips))
     except JobchainError as exc:
         raise click.ClickException(_one_line(exc)) from exc
     except KeyboardInterrupt:
         pass
 
 
-__all__ = ["dashboard_command"]
+__all__ = ["dashboard_command", "server_config"]

@@ -175,7 +175,12 @@ def _same(given: str, expected: str) -> bool:
 
 
 def client_address(scope: Scope) -> str:
-    """The peer's address (the proxy's, behind one that uvicorn does not trust)."""
+    """The peer's address, which keys the login throttle.
+
+    The server may have replaced it with ``X-Forwarded-For``: ``jobchain dashboard`` lets
+    uvicorn do so only for the proxies named by ``--forwarded-allow-ips``. Mounted in your own
+    app, your server decides (uvicorn believes 127.0.0.1 unless ``--no-proxy-headers``).
+    """
     client = scope.get("client")
     return str(client[0]) if client else ""
 
