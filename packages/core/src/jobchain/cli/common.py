@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any, NoReturn, TypeVar
 
 import click
 
-from jobchain.entities import JobStatus, validate_id
+from jobchain.entities import MAX_DELAY, JobStatus, validate_id
 from jobchain.errors import InvalidJobIdError, JobchainError, SchemaNotMigratedError
 
 if TYPE_CHECKING:
@@ -148,12 +148,17 @@ class IdType(click.ParamType[str, Any]):
 JOB_ID = IdType("job")
 CHAIN_ID = IdType("chain")
 
+DURATION_MAX = MAX_DELAY
+"""The longest duration an option accepts (36,500 days, the library's longest delay): a
+``timedelta`` holds at most 999,999,999 days, and ``now`` minus 739,000 days is before year 1."""
+
 DURATION_UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800}
 _DURATION = re.compile(r"(?P<number>\d+(?:\.\d+)?)\s*(?P<unit>[smhdw]?)")
 
 
 class DurationType(click.ParamType[timedelta, Any]):
-    """``90`` (seconds), ``45s``, ``5m``, ``12h``, ``7d`` or ``2w`` as a positive timedelta."""
+    """``90`` (seconds), ``45s``, ``5m``, ``12h``, ``7d`` or ``2w`` as a positive timedelta,
+    at most :data:`DURATION_MAX`."""
 
     name = "duration"
 
@@ -162,9 +167,14 @@ class DurationType(click.ParamType[timedelta, Any]):
             return value
         match = _DURATION.fullmatch(str(value).strip().lower())
         seconds = float(match["number"]) * DURATION_UNITS.get(match["unit"], 1) if match else math.nan
-        if not math.isfinite(seconds) or seconds <= 0:
+        # A digit string too long for a float is infinite: too long, not malformed.
+        if seconds > DURATION_MAX.total_seconds():
+            self.fail(f"{value!r} is too long; a duration is at most {DURATION_MAX.days} days", param, ctx)
+        # Under half a microsecond rounds to a zero timedelta, which is no duration either.
+        delta = timedelta(seconds=seconds) if math.isfinite(seconds) else timedelta(0)
+        if delta <= timedelta(0):
             self.fail(f"{value!r} is not a positive duration; use e.g. 90, 45s, 5m, 12h or 7d", param, ctx)
-        return timedelta(seconds=seconds)
+        return delta
 
 
 DURATION = DurationType()
