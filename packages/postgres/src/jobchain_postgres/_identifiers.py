@@ -32,6 +32,7 @@ QUALIFIED: Final = (
     "ordering_key",
     "type_control",
     "schedule",
+    "session_revocation",
 )
 """Objects named ``{schema}.{prefix}{name}``."""
 
@@ -50,6 +51,7 @@ INDEXES: Final = (
     "job_stats_idx",
     "job_finished_idx",
     "job_priority_idx",
+    "session_revocation_expires_idx",
 )
 """Indexes, named ``{prefix}{name}`` (CREATE INDEX takes no schema; it lives beside its table).
 

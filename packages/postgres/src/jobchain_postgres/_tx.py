@@ -57,6 +57,7 @@ from jobchain_postgres._identifiers import savepoint_statements
 from jobchain_postgres._lifecycle import LifecycleMixin
 from jobchain_postgres._listings import ListingsMixin
 from jobchain_postgres._results import check_now, owned_result, shape_of
+from jobchain_postgres._sessions import SessionsMixin
 from jobchain_postgres._stats import StatsMixin
 from jobchain_postgres._waits import WaitsMixin
 from jobchain_postgres._workers import WorkersMixin
@@ -167,7 +168,14 @@ def _unique(values: Sequence[str]) -> list[str]:
 
 
 class PostgresStateTx(
-    ClaimsMixin, ControlsMixin, WaitsMixin, LifecycleMixin, ListingsMixin, StatsMixin, WorkersMixin
+    ClaimsMixin,
+    ControlsMixin,
+    WaitsMixin,
+    LifecycleMixin,
+    ListingsMixin,
+    StatsMixin,
+    WorkersMixin,
+    SessionsMixin,
 ):
     """One open transaction (or savepoint) of a PostgreSQL state adapter.
 

@@ -133,6 +133,12 @@ CREATE TABLE {schedule} (
     next_tick_at  timestamptz
 );
 
+-- Revoked dashboard sessions: each id's SHA-256 (never the id) until the session would expire.
+CREATE TABLE {session_revocation} (
+    session_key text PRIMARY KEY,
+    expires_at  timestamptz NOT NULL
+);
+
 -- jobs_acquire, job_next_available: pending jobs per type in claim order (no sort, stops at the limit).
 CREATE INDEX {job_acquisition_idx} ON {job} (type_name, scheduled_at, created_at, id)
     WHERE status = 'pending';
@@ -170,3 +176,5 @@ CREATE INDEX {job_finished_idx} ON {job} (type_name, status, completed_at, id)
 -- worker_heartbeat: the dead scan (workers that still claim to be alive, by alive_until).
 CREATE INDEX {worker_alive_idx} ON {worker} (alive_until)
     WHERE state IN ('running', 'draining');
+-- sessions_revoke: the expired revocations it deletes.
+CREATE INDEX {session_revocation_expires_idx} ON {session_revocation} (expires_at);
