@@ -9,7 +9,7 @@ DEMO_PACKAGES := packages/core/pyproject.toml packages/sqlite/pyproject.toml
 PACKAGES := $(wildcard packages/*/pyproject.toml) conformance/pyproject.toml
 EDITABLES := $(foreach p,$(PACKAGES),-e $(dir $(p)))
 
-.PHONY: demo test lint typecheck check bench dist clean chaos suite-mutants suite-mutants-doc
+.PHONY: demo test lint typecheck check bench dist clean chaos suite-mutants suite-mutants-doc audit
 
 $(STAMP): $(PACKAGES) requirements-dev.txt
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -63,6 +63,23 @@ bench: $(STAMP)
 .PHONY: bench-soak
 bench-soak: $(STAMP)
 	$(BIN)/python bench/soak.py
+
+# Known vulnerabilities in what .venv has installed (SECURITY.md). Not part of `make test`: it
+# needs the network (pip-audit asks PyPI's advisory API, or OSV with PIP_AUDIT_ARGS="-s osv";
+# it has no offline database). pip-audit is not on this machine's local package index, so it is
+# not in requirements-dev.txt: install it where PyPI is reachable (`.venv/bin/pip install
+# pip-audit`, or `pipx install pip-audit`; PIP_AUDIT=/path/to/pip-audit picks one). Our own
+# editable packages are not on PyPI and are skipped.
+PIP_AUDIT ?= $(firstword $(wildcard $(BIN)/pip-audit) $(shell command -v pip-audit 2>/dev/null))
+PIP_AUDIT_ARGS ?=
+audit: $(STAMP)
+	@if [ -z "$(PIP_AUDIT)" ]; then \
+		echo "make audit: pip-audit is missing (not in $(BIN)/ nor on PATH)." >&2; \
+		echo "  It is not on the local package index; install it from PyPI:" >&2; \
+		echo "  $(BIN)/pip install pip-audit   (or: pipx install pip-audit)" >&2; \
+		exit 1; \
+	fi
+	PIPAPI_PYTHON_LOCATION=$(abspath $(BIN)/python) $(PIP_AUDIT) --skip-editable --progress-spinner off $(PIP_AUDIT_ARGS)
 
 # Wheels of every distribution into dist/, for `pip install dist/*.whl` on another machine.
 dist: $(STAMP)
