@@ -15,8 +15,10 @@ from jinja2 import Environment, FileSystemLoader, select_autoescape
 from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
 from starlette.middleware import Middleware
+from starlette.requests import Request
 from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from jobchain.client import Client
 from jobchain.dashboard import actions, formatting, pages
@@ -37,6 +39,36 @@ def _environment() -> Environment:
     )
     formatting.install(env)
     return env
+
+
+class ErrorPages:
+    """The innermost middleware: notes the dashboard's mount point before routing, and turns
+    an unhandled exception into the 500 page here, inside GuardMiddleware, so that the page
+    gets its security headers and the login-dependent layout (Starlette's own 500 handler
+    runs outside every middleware)."""
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        scope.setdefault("state", {})["jobchain_base"] = scope.get("root_path", "")
+        started = False
+
+        async def tracking(message: Message) -> None:
+            nonlocal started
+            started = started or message["type"] == "http.response.start"
+            await send(message)
+
+        try:
+            await self.app(scope, receive, tracking)
+        except Exception as exc:
+            if started:  # too late for a page: the outer handler logs it
+                raise
+            response = await pages.server_error(Request(scope, receive), exc)
+            await response(scope, receive, send)
 
 
 def _build(source: ClientSource, settings: DashboardSettings) -> Starlette:
@@ -67,7 +99,7 @@ def _build(source: ClientSource, settings: DashboardSettings) -> Starlette:
     ]
     app = Starlette(
         routes=routes,
-        middleware=[Middleware(GuardMiddleware, guard=guard)],
+        middleware=[Middleware(GuardMiddleware, guard=guard), Middleware(ErrorPages)],
         exception_handlers={
             HTTPException: pages.http_error,
             JobchainError: pages.server_error,

@@ -57,7 +57,9 @@ def render(request: Request, template: str, context: dict[str, Any], status_code
     env: Environment = request.app.state.jobchain_templates
     guard: Guard = request.app.state.jobchain_guard
     session = request.scope["state"]["jobchain_session"]
-    base = request.scope.get("root_path", "")
+    # The dashboard's own mount point (recorded before routing): under /static the scope's
+    # root_path is the static files' one.
+    base = request.scope["state"].get("jobchain_base", request.scope.get("root_path", ""))
     values = {
         "request": request,
         "base": base,

@@ -291,20 +291,35 @@ async def http_error(request: Request, exc: Exception) -> Response:
 
 
 async def server_error(request: Request, exc: Exception) -> Response:
+    """503 with the backend's explanation for a jobchain error, else 500; both logged.
+
+    A request that has not logged in is told only that, never the backend's text (it names
+    the database, its host and user).
+    """
     if isinstance(exc, JobchainError):
         # The backend's own explanation (passwords are masked in every jobchain error).
         logger.warning("dashboard request failed: %s", exc)
+        if not _authenticated(request):
+            return _error_page(request, 503, "the state backend failed; see the server's log")
         return _error_page(request, 503, " ".join(str(exc).split()))
     logger.exception("dashboard request failed")
     return _error_page(request, 500, "internal error; see the server's log")
 
 
+def _authenticated(request: Request) -> bool:
+    return bool(request.scope.get("state", {}).get("jobchain_authenticated", False))
+
+
 def _error_page(request: Request, status: int, message: str) -> Response:
+    """The error page (base.html shows no navigation nor state label unless logged in)."""
     if "jobchain_session" not in request.scope.get("state", {}):
         from starlette.responses import PlainTextResponse
 
         return PlainTextResponse(message, status_code=status)
-    return render(request, "error.html", {"page": "", "status": status, "message": message}, status)
+    response = render(request, "error.html", {"page": "", "status": status, "message": message}, status)
+    # Set here too: an error under /static (a missing file) is a page, never to be cached.
+    response.headers["Cache-Control"] = "no-store"
+    return response
 
 
 __all__ = ["chain", "chains", "jobs", "http_error", "overview", "schedules", "server_error", "workers"]
