@@ -243,8 +243,12 @@ async def login(request: Request) -> Response:
 
 
 async def logout(request: Request) -> Response:
+    """Revoke the session server-side (a copied cookie is refused too) and clear the cookie."""
     await checked_form(request)
     guard = _guard(request)
+    session = _session(request)
+    if session.authenticated and guard.revocations is not None:
+        await guard.revocations.revoke(session)
     base = request.scope.get("root_path", "")
     response = RedirectResponse(f"{base}/login", status_code=303)
     response.headers.append(

@@ -23,6 +23,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from jobchain.client import Client
 from jobchain.dashboard import actions, formatting, pages
 from jobchain.dashboard.context import ClientSource
+from jobchain.dashboard.revocation import Revocations
 from jobchain.dashboard.security import Guard, GuardMiddleware
 from jobchain.dashboard.settings import DashboardSettings, with_state_label
 from jobchain.errors import JobchainError
@@ -73,6 +74,7 @@ class ErrorPages:
 
 def _build(source: ClientSource, settings: DashboardSettings) -> Starlette:
     guard = Guard(settings)
+    guard.revocations = Revocations(source)  # logout revokes sessions in the state backend
 
     @asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:

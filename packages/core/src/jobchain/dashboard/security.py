@@ -20,13 +20,17 @@ import time
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Final
+from typing import TYPE_CHECKING, Final
 
 from starlette.datastructures import MutableHeaders
 from starlette.requests import HTTPConnection
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from jobchain.dashboard.settings import DashboardCredentialsError, DashboardSettings
+from jobchain.errors import JobchainError
+
+if TYPE_CHECKING:
+    from jobchain.dashboard.revocation import Revocations
 
 COOKIE: Final = "jobchain_dashboard"
 CSP: Final = (
@@ -95,6 +99,8 @@ class Guard:
             )
         self.settings = settings
         self.failures = FailedLogins()
+        self.revocations: Revocations | None = None
+        """Sessions ended by logout (:mod:`jobchain.dashboard.revocation`); the app sets it."""
         secret = settings.secret_key or secrets.token_bytes(32)
         material = "\0".join([settings.token or "", settings.username or "", settings.password or ""])
         self._key = hmac.new(secret, b"jobchain-dashboard\0" + material.encode(), hashlib.sha256).digest()
@@ -238,6 +244,13 @@ class GuardMiddleware:
         by_header = guard.check_authorization(header)
         if header and not by_header:
             guard.failures.record(client)
+        failed: JobchainError | None = None
+        if guard.revocations is not None:  # a logged-out cookie counts as no session (and is replaced)
+            try:
+                if await guard.revocations.refuses(session, scope, by_header=by_header):
+                    session, fresh = guard.new_session(authenticated=False), True
+            except JobchainError as exc:
+                failed = exc
         authenticated = session.authenticated or by_header or guard.settings.allow_anonymous
         scope.setdefault("state", {})
         scope["state"].update(jobchain_session=session, jobchain_authenticated=authenticated)
@@ -257,6 +270,11 @@ class GuardMiddleware:
                         headers.append("Set-Cookie", cookie_header(guard, session, scope))
             await send(message)
 
+        if failed is not None:  # the revocation look-up failed: its error page, nothing else
+            from jobchain.dashboard.revocation import backend_failed
+
+            await backend_failed(scope, receive, send_with_headers, failed)
+            return
         if authenticated or static or path == "/login":
             await self.app(scope, receive, send_with_headers)
             return
