@@ -13,6 +13,7 @@ without waiting for their poll.
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Callable, Sequence
 from contextlib import AbstractAsyncContextManager
 from datetime import UTC, datetime, timedelta
@@ -65,6 +66,10 @@ class Claims:
         self.held_back: tuple[str, ...] = ()
         """Types the last claim's limits capped (empty when none did)."""
         self.retry_at: datetime | None = None
+        self.monotonic: Callable[[], float] | None = None
+        """The clock of :attr:`sent_at` (None: the event loop's)."""
+        self.sent_at = 0.0
+        """Monotonic time the last claim was sent: its jobs' local deadlines count from it."""
         self.capped_types = frozenset(
             name for name, lim in type_limits.items() if lim.max_running is not None
         )
@@ -77,6 +82,9 @@ class Claims:
                 # stop() came while the transaction was opening: a claim now would only hand
                 # its jobs straight back, with an attempt recorded that never ran.
                 return [], False
+            self.sent_at = (
+                self.monotonic() if self.monotonic is not None else asyncio.get_running_loop().time()
+            )
             acquired = await tx.jobs_acquire(
                 JobsAcquire(
                     type_names=self._type_names,

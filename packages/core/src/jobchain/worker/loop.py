@@ -18,7 +18,7 @@ import asyncio
 import functools
 import logging
 import random
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from contextlib import AbstractAsyncContextManager
 from datetime import timedelta
 from typing import TYPE_CHECKING
@@ -344,6 +344,21 @@ class Worker(WorkerEvents):
         await self.stop()
 
     @property
+    def monotonic(self) -> Callable[[], float] | None:
+        """The clock of local lease deadlines (None: the event loop's); tests inject one."""
+        return self._slots.clock
+
+    @monotonic.setter
+    def monotonic(self, clock: Callable[[], float] | None) -> None:
+        self._slots.clock = clock
+        self._claims.monotonic = clock
+
+    @property
+    def expired_claims(self) -> int:
+        """Claimed jobs not started because their claim was older than the lease allows."""
+        return self._slots.expired_claims
+
+    @property
     def type_names(self) -> list[str]:
         """The job types this worker serves (its processors' types), sorted."""
         return list(self._type_names)
@@ -392,7 +407,7 @@ class Worker(WorkerEvents):
             slots.start_buffered()
             if slots.wants_claim():
                 jobs, has_more = await self._claim(slots.room())
-                slots.add_claimed(jobs)
+                slots.add_claimed(jobs, self._claims.sent_at)
                 if jobs and has_more and slots.room() > 0:
                     continue
             await self._wait()

@@ -185,10 +185,11 @@ class AttemptRunner:
         finally:
             await self._stop_staged()
 
-    async def renew_then_run(self) -> None:
+    async def renew_then_run(self, still_held: Callable[[], bool] | None = None) -> None:
         """For a job that waited in the worker's buffer: extend its lease first, then run it.
 
-        A job taken meanwhile (lease lost, deleted, completed) is dropped without running.
+        A job taken meanwhile (lease lost, deleted, completed) is dropped without running; so
+        is one whose renewal failed when ``still_held()`` says its local deadline has passed.
         """
         try:
             async with self.client.state.transaction() as tx:
@@ -205,6 +206,9 @@ class AttemptRunner:
             return
         except Exception:  # transient: the lease may still hold, and the attempt's writes are fenced
             log.warning("could not renew buffered job %s before starting it", self.job.id, exc_info=True)
+            if still_held is not None and not still_held():
+                self.on_event("job_claim_expired", self.job, {})
+                return
         await self.run()
 
     async def _invoke(self, attempt: Attempt[Any, Any]) -> None:

@@ -22,6 +22,7 @@ from jobchain.errors import JobchainError
 from jobchain.worker.abort import AbortReason
 from jobchain.worker.batch import BatchRunner
 from jobchain.worker.failures import RELEASED_ERROR
+from jobchain.worker.local_deadline import local_deadline
 from jobchain.worker.runner import AttemptRunner
 from jobchain.worker.settings import WorkerSettings
 from jobchain.worker.watch import AttemptWatch
@@ -71,8 +72,10 @@ class Slots:
         self.inflight: dict[str, asyncio.Task[None]] = {}
         # In-flight attempts whose handler returned and whose commit is still being written.
         self._committing: set[str] = set()
-        # Claimed jobs waiting for a slot, with the loop time of their claim (prefetch > 0).
+        # Claimed jobs waiting for a slot, with the monotonic time their claim was sent.
         self.buffer: deque[tuple[Job, float]] = deque()
+        self.clock: Callable[[], float] | None = None
+        """The monotonic clock of local deadlines (None: the event loop's)."""
         self._runners: dict[str, AttemptRunner | BatchRunner] = {}
         # Jobs beyond the first of each running batch: they share their batch's slot.
         self._batched_extra = 0
@@ -84,6 +87,8 @@ class Slots:
         """Types with a fleet-wide ``max_running``: an attempt of one that ends frees a place,
         announced to every worker (see :mod:`jobchain.worker.claims`)."""
         self._announcing: set[asyncio.Task[None]] = set()
+        self.expired_claims = 0
+        """Claimed jobs dropped unstarted because their local deadline had passed."""
 
     # ------------------------------------------------------------------ counting
 
@@ -118,41 +123,69 @@ class Slots:
 
     # ------------------------------------------------------------------ starting
 
-    def add_claimed(self, jobs: list[Job]) -> None:
-        """Buffer freshly claimed jobs and start what the free slots take."""
-        now = asyncio.get_running_loop().time()
-        self.buffer.extend((job, now) for job in jobs)
+    def _now(self) -> float:
+        return self.clock() if self.clock is not None else asyncio.get_running_loop().time()
+
+    def add_claimed(self, jobs: list[Job], sent_at: float | None = None) -> None:
+        """Buffer freshly claimed jobs and start what the free slots take.
+
+        ``sent_at``: the monotonic time the claim was sent (default: now), from which each
+        job's local deadline counts (:mod:`jobchain.worker.local_deadline`).
+        """
+        claimed_at = self._now() if sent_at is None else sent_at
+        self.buffer.extend((job, claimed_at) for job in jobs)
         self.start_buffered()
 
     def start_buffered(self) -> None:
-        """Move buffered jobs into free slots; one that waited past half its lease renews first."""
+        """Move buffered jobs into free slots; one that waited past half its lease renews first,
+        one past its local deadline is dropped (it may be someone else's by now)."""
         if not self.buffer:
             return
-        now = asyncio.get_running_loop().time()
+        now = self._now()
         while self.buffer and self.busy() < self.concurrency and not self.closed:
             job, claimed_at = self.buffer.popleft()
             # Each type's own lease: a job claimed with a 12 s lease is stale after 6 s.
-            stale = now - claimed_at > self._settings.lease_of(job.type_name).total_seconds() / 2
+            lease = self._settings.lease_of(job.type_name).total_seconds()
+            if now >= local_deadline(claimed_at, lease):
+                self._expired(job, now - claimed_at)
+                continue
+            stale = now - claimed_at > lease / 2
             processor = self._processors.get(job.type_name)
             if processor is not None and processor.max_batch is not None:
-                jobs = [job, *self._take_buffered(job.type_name, processor.max_batch - 1)]
+                jobs = [job, *self._take_buffered(job.type_name, processor.max_batch - 1, now)]
                 self._spawn_batch(processor, jobs, renew_first=stale)
             else:
-                self._spawn(job, renew_first=stale)
+                self._spawn(job, renew_first=stale, deadline=local_deadline(claimed_at, lease))
 
-    def _take_buffered(self, type_name: str, limit: int) -> list[Job]:
-        """Up to ``limit`` buffered jobs of ``type_name``, oldest first, out of the buffer."""
+    def _expired(self, job: Job, waited: float) -> None:
+        """Drop ``job``: its lease runs out in the database and the reaper hands it on."""
+        self.expired_claims += 1
+        log.debug(
+            "job %s not started: its claim was sent %.1f s ago, past the lease less the safety margin",
+            job.id,
+            waited,
+        )
+        self._on_event("job_claim_expired", job, {"waited_seconds": round(waited, 3)})
+
+    def _take_buffered(self, type_name: str, limit: int, now: float) -> list[Job]:
+        """Up to ``limit`` buffered jobs of ``type_name``, oldest first, out of the buffer
+        (those past their local deadline are dropped on the way)."""
         taken: list[Job] = []
         kept: deque[tuple[Job, float]] = deque()
         for entry in self.buffer:
-            if len(taken) < limit and entry[0].type_name == type_name:
-                taken.append(entry[0])
+            job, claimed_at = entry
+            if len(taken) < limit and job.type_name == type_name:
+                lease = self._settings.lease_of(type_name).total_seconds()
+                if now >= local_deadline(claimed_at, lease):
+                    self._expired(job, now - claimed_at)
+                else:
+                    taken.append(job)
             else:
                 kept.append(entry)
         self.buffer = kept
         return taken
 
-    def _spawn(self, job: Job, *, renew_first: bool = False) -> None:
+    def _spawn(self, job: Job, *, renew_first: bool = False, deadline: float | None = None) -> None:
         processor = self._processors.get(job.type_name)
         if processor is None:  # claimed by type name, so this means a registry bug
             raise JobchainError(f"no processor for claimed job type {job.type_name!r}")
@@ -166,7 +199,11 @@ class Slots:
             self._groups,
             on_handler_returned=functools.partial(self._committing_now, job.id),
         )
-        work = runner.renew_then_run() if renew_first else runner.run()
+        if renew_first:
+            held = None if deadline is None else functools.partial(self._before, deadline)
+            work = runner.renew_then_run(held)
+        else:
+            work = runner.run()
         task = asyncio.create_task(work, name=f"jobchain-attempt-{job.id}")
         self.inflight[job.id] = task
         self._runners[job.id] = runner
@@ -223,6 +260,9 @@ class Slots:
                 )
 
         task.add_done_callback(done)
+
+    def _before(self, deadline: float) -> bool:
+        return self._now() < deadline
 
     def _announce_freed(self, type_name: str) -> None:
         """An attempt of a ``max_running`` type ended (its outcome committed): wake the workers
