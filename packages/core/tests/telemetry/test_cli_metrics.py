@@ -36,7 +36,7 @@ def test_a_port_in_use_exits_1_with_one_line_naming_it() -> None:
     assert result.exit_code == 1
     lines = [line for line in result.output.splitlines() if line.strip()]
     assert lines[-1] == (
-        f"Error: metrics port {port} is already in use (0.0.0.0:{port}); pass another port "
+        f"Error: metrics port {port} is already in use (127.0.0.1:{port}); pass another port "
         "(--metrics-port) or stop what listens there"
     )
     assert "Traceback" not in result.output

@@ -158,14 +158,15 @@ async def run_worker(
     handler_timeout: float | None = None,
     retention: Retention | None = None,
     metrics_port: int | None = None,
-    metrics_host: str = "0.0.0.0",
+    metrics_host: str = "127.0.0.1",
 ) -> None:
     """Run a worker until SIGINT/SIGTERM, or until it stops on its own error (raised here).
 
     ``migrate`` applies the state backend's migrations first, with the adapter's own
     ``migrate()`` — what ``jobchain migrate`` runs. ``metrics_port`` serves the Prometheus
     metrics of ``jobchain.telemetry.prometheus`` there (queue gauges sampled by one worker of
-    the same ``name``).
+    the same ``name``), on ``metrics_host``: loopback by default, as the endpoint has no
+    authentication.
     """
     from jobchain.client import connect
     from jobchain.worker.loop import Worker
@@ -330,9 +331,12 @@ GENERIC_HINT = "run `jobchain migrate --state URL` (or `await adapter.migrate()`
 )
 @click.option(
     "--metrics-host",
-    default="0.0.0.0",
+    default="127.0.0.1",
     show_default=True,
-    help="Address the metrics endpoint listens on (127.0.0.1: this machine only).",
+    help=(
+        "Address the metrics endpoint listens on; 0.0.0.0 opens it to the network. It has no "
+        "authentication: open it only where what can reach it may read every metric."
+    ),
 )
 @click.option("--log-level", default="INFO", show_default=True)
 @click.option(

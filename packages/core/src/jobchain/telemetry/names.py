@@ -173,3 +173,45 @@ LATENCY_BUCKETS = (0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.
 def buckets(metric: Metric) -> tuple[float, ...]:
     """The histogram bucket bounds (seconds) of ``metric``."""
     return DURATION_BUCKETS if metric is ATTEMPT_DURATION else LATENCY_BUCKETS
+
+
+MAX_ERROR_TYPES = 50
+"""Distinct ``error_type`` label values one metrics observer keeps (its first seen)."""
+OTHER_ERROR_TYPE = "other"
+"""The ``error_type`` label value of every exception class past :data:`MAX_ERROR_TYPES`."""
+
+
+class ErrorTypeBound:
+    """Keeps a metric export's ``error_type`` values bounded.
+
+    Each series lives as long as the process, and exception class names come from handler
+    code (a class made per call, or named after its input, would add a series per job): the
+    first :data:`MAX_ERROR_TYPES` distinct values keep their name, every later one becomes
+    :data:`OTHER_ERROR_TYPE`, for every metric labelled with ``error.type``.
+    """
+
+    __slots__ = ("_index", "_kept", "limit")
+
+    def __init__(self, limit: int = MAX_ERROR_TYPES) -> None:
+        self.limit = limit
+        self._kept: set[str] = set()
+        self._index = {m.name: m.attributes.index(ERROR_TYPE) for m in METRICS if ERROR_TYPE in m.attributes}
+
+    def value(self, error_type: str) -> str:
+        """``error_type`` itself if it is (or can still become) one of the kept values, else ``other``."""
+        if error_type in self._kept:
+            return error_type
+        if len(self._kept) >= self.limit:
+            return OTHER_ERROR_TYPE
+        self._kept.add(error_type)
+        return error_type
+
+    def labels(self, metric: Metric, labels: tuple[str, ...]) -> tuple[str, ...]:
+        """``labels`` of ``metric`` with its ``error_type`` value bounded (others unchanged)."""
+        index = self._index.get(metric.name)
+        if index is None:
+            return labels
+        bounded = self.value(labels[index])
+        if bounded == labels[index]:
+            return labels
+        return (*labels[:index], bounded, *labels[index + 1 :])

@@ -37,6 +37,7 @@ class _MeterSink:
 
     def __init__(self, meter: Meter) -> None:
         self._attributes: dict[tuple[str, Labels], dict[str, str]] = {}
+        self._error_types = names.ErrorTypeBound()  # and so this cache stays bounded too
         self.counters: dict[str, Counter] = {}
         self.histograms: dict[str, Histogram] = {}
         for metric in names.METRICS:
@@ -54,7 +55,9 @@ class _MeterSink:
                 )
 
     def attributes(self, metric: names.Metric, labels: Labels) -> dict[str, str]:
-        """The attribute dict of ``labels`` (built once per metric and labels)."""
+        """The attribute dict of ``labels`` (built once per metric and labels), its
+        ``error.type`` bounded like the Prometheus export's."""
+        labels = self._error_types.labels(metric, labels)
         found = self._attributes.get((metric.name, labels))
         if found is None:
             found = self._attributes[metric.name, labels] = dict(zip(metric.attributes, labels, strict=True))

@@ -11,7 +11,12 @@ Extra ``jobchain[prometheus]`` (no OpenTelemetry needed). Embedding::
 ``jobchain worker --metrics-port 9464`` does the same. The names are those of
 :data:`jobchain.telemetry.names.METRICS` with dots as underscores, ``_seconds`` for
 durations and ``_total`` for counters; labels ``job_type``, ``error_type``, ``outcome``,
-``status`` and ``reason``.
+``status`` and ``reason``. ``error_type`` keeps the first
+:data:`~jobchain.telemetry.names.MAX_ERROR_TYPES` exception classes seen; later ones are
+counted as ``other``.
+
+The endpoint has no authentication: :func:`serve_prometheus` listens on 127.0.0.1 unless
+given another address.
 """
 
 from __future__ import annotations
@@ -71,13 +76,16 @@ class _Accumulators:
         self._counts: dict[tuple[str, Labels], float] = {}
         self._histograms: dict[tuple[str, Labels], _Histogram] = {}
         self._bounds = {m.name: names.buckets(m) for m in names.METRICS if m.kind == "histogram"}
+        self._error_types = names.ErrorTypeBound()
 
     def add(self, metric: names.Metric, value: float, labels: Labels) -> None:
-        key = (metric.name, labels)
         with self._lock:
+            key = (metric.name, self._error_types.labels(metric, labels))
             self._counts[key] = self._counts.get(key, 0.0) + value
 
     def record(self, metric: names.Metric, value: float, labels: Labels) -> None:
+        # No histogram has an error_type label today; bounded all the same if one gets it.
+        labels = self._error_types.labels(metric, labels)
         histogram = self._histograms.get((metric.name, labels))
         if histogram is None:
             with self._lock:  # a new entry: never while a scrape copies the dict
@@ -177,10 +185,20 @@ class MetricsServer:
         self.close()
 
 
+DEFAULT_METRICS_HOST = "127.0.0.1"
+"""This machine only: the endpoint has no authentication (pass ``0.0.0.0`` to open it)."""
+
+
 def serve_prometheus(
-    port: int = DEFAULT_METRICS_PORT, host: str = "0.0.0.0", *, registry: CollectorRegistry | None = None
+    port: int = DEFAULT_METRICS_PORT,
+    host: str = DEFAULT_METRICS_HOST,
+    *,
+    registry: CollectorRegistry | None = None,
 ) -> MetricsServer:
     """Serve ``registry`` (default: prometheus_client's global one) at ``http://host:port/metrics``.
+
+    ``host`` is 127.0.0.1 by default: anyone who can reach the port reads every metric (job
+    types, error types, queue depths), since the endpoint has no authentication.
 
     Returns the running :class:`MetricsServer` (close it, or use it as a context manager).
     Port 0 picks a free port (``server.port``). Raises MetricsPortInUseError naming the port
@@ -199,4 +217,10 @@ def serve_prometheus(
     return MetricsServer(server, thread, host)
 
 
-__all__ = ["DEFAULT_METRICS_PORT", "MetricsServer", "PrometheusMetrics", "serve_prometheus"]
+__all__ = [
+    "DEFAULT_METRICS_HOST",
+    "DEFAULT_METRICS_PORT",
+    "MetricsServer",
+    "PrometheusMetrics",
+    "serve_prometheus",
+]
