@@ -40,6 +40,7 @@ from jobchain.contracts import (
     ObservesCallerCommits,
     PublishesChainsInBulk,
     ReservesConnections,
+    RevokesSessions,
     RunsOperationsAlone,
     StateAdapter,
     StateTx,
@@ -75,8 +76,9 @@ PROTOCOLS: tuple[type, ...] = (
     ObservesCallerCommits,
     PublishesChainsInBulk,
     AnnouncesWithinState,
+    RevokesSessions,
 )
-SPECIFIED: tuple[type, ...] = (StateTx, StateAdapter, CompletesJobsInBatches)
+SPECIFIED: tuple[type, ...] = (StateTx, StateAdapter, CompletesJobsInBatches, RevokesSessions)
 """Protocols whose every method links to its section of state-semantics.md."""
 SUITES: tuple[type, ...] = (
     StateAdapterSuite,
