@@ -283,7 +283,7 @@ class LeaseTests:
         assert chain.last.completed_by == second.worker_id
         assert chain.last.rescue_reason == "lease_expired"
 
-    async def test_a_worker_that_cannot_renew_aborts_with_error_and_the_job_is_retried(
+    async def test_a_worker_that_cannot_renew_aborts_with_lease_expired_and_the_job_is_retried(
         self, env: IntegrationEnv
     ) -> None:
         types = JobTypes()
@@ -320,7 +320,7 @@ class LeaseTests:
             started = await env.start(client, work, None)
             chain = await env.await_chain(client, started.id)
 
-        assert reasons == [AbortReason.ERROR]
+        assert reasons == [AbortReason.LEASE_EXPIRED]
         assert chain.output == {"tag": "attempt 2"}
         assert proxy.calls["job_renew_lease"] > 0
         job = await env.job(client, started.id)

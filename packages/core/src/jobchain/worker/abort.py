@@ -20,6 +20,10 @@ class AbortReason(StrEnum):
     """The job's chain was cancelled (``client.cancel_chain``) while the attempt ran."""
     TIMEOUT = "timeout"
     """The handler ran past its job type's ``timeout``; it is cancelled after a short grace."""
+    LEASE_EXPIRED = "lease_expired"
+    """No renewal was confirmed by the attempt's local deadline (the lease less a safety margin,
+    on the worker's monotonic clock): the database may have handed the job on. Fired even when
+    the database cannot be reached; the job no longer counts against the worker's concurrency."""
 
 
 class AttemptAbortedError(JobchainError):

@@ -26,6 +26,7 @@ from jobchain.worker.failures import (
     over_limit,
     record_failure,
 )
+from jobchain.worker.local_deadline import local_deadline
 from jobchain.worker.ownership import OWNERSHIP_LOSSES, reason_for, reason_for_error
 from jobchain.worker.processors import SyncHandlerWrapper, call_in_thread, run_wrapped
 
@@ -85,6 +86,9 @@ class AttemptRunner:
         completion_groups: CompletionGroups | None = None,
         *,
         on_handler_returned: Callable[[], None] | None = None,
+        clock: Callable[[], float] | None = None,
+        lease_deadline: float | None = None,
+        on_lease_expired: Callable[[], None] | None = None,
     ) -> None:
         self.client = client
         self.processor = processor
@@ -102,6 +106,12 @@ class AttemptRunner:
         """Loop time the handler started (None before): the worker's watch reads it."""
         self.watched = False
         """Whether the attempt listens for ownership loss (staged mode, or a long attempt)."""
+        self._clock = clock
+        self.lease_deadline = lease_deadline
+        """Monotonic time past which this worker may no longer hold the job: the claim's (or
+        the last confirmed renewal's) send time plus the lease less the safety margin."""
+        self._on_lease_expired = on_lease_expired
+        self._lease_watch: asyncio.Task[None] | None = None
 
     def run(self) -> Coroutine[Any, Any, None]:
         """Run the attempt to its end (await the result); never raises except on cancellation.
@@ -191,6 +201,7 @@ class AttemptRunner:
         A job taken meanwhile (lease lost, deleted, completed) is dropped without running; so
         is one whose renewal failed when ``still_held()`` says its local deadline has passed.
         """
+        sent = self._now()
         try:
             async with self.client.state.transaction() as tx:
                 await tx.job_renew_lease(
@@ -201,6 +212,7 @@ class AttemptRunner:
                         lease_generation=self.job.lease_generation,
                     )
                 )
+            self.lease_deadline = local_deadline(sent, self.settings.lease.duration.total_seconds())
         except OWNERSHIP_LOSSES as lost:
             self.on_event("job_attempt_" + reason_for_error(lost).value, self.job, {})
             return
@@ -252,6 +264,7 @@ class AttemptRunner:
             self.watched = True
             await self._listen()
         self._renewal = asyncio.create_task(self._renew_forever())
+        self._lease_watch = asyncio.create_task(self._watch_lease())
 
     async def _listen(self) -> bool:
         """Listen for this job's ownership loss; False when there is no notify adapter (or it failed)."""
@@ -287,8 +300,8 @@ class AttemptRunner:
             await self._check_ownership()
 
     async def _stop_staged(self) -> None:
-        tasks = [task for task in (self._renewal, self._watch) if task is not None]
-        self._renewal = self._watch = None
+        tasks = [task for task in (self._renewal, self._watch, self._lease_watch) if task is not None]
+        self._renewal = self._watch = self._lease_watch = None
         for task in tasks:
             task.cancel()
         if tasks:
@@ -319,14 +332,17 @@ class AttemptRunner:
         if reason is not None and attempt.completed is None:
             attempt.signal.abort(reason)
 
+    def _now(self) -> float:
+        return self._clock() if self._clock is not None else asyncio.get_running_loop().time()
+
     async def _renew_forever(self) -> None:
         lease = self.settings.lease
         attempt = self.attempt
         assert attempt is not None
-        loop = asyncio.get_running_loop()
-        expires = loop.time() + lease.duration.total_seconds()
+        seconds = lease.duration.total_seconds()
         while not attempt.signal.aborted:
             await asyncio.sleep(lease.renew_every.total_seconds())
+            sent = self._now()
             try:
                 async with self.client.state.transaction() as tx:
                     await tx.job_renew_lease(
@@ -337,17 +353,34 @@ class AttemptRunner:
                             lease_generation=self.job.lease_generation,
                         )
                     )
-                expires = loop.time() + lease.duration.total_seconds()
+                self.lease_deadline = local_deadline(sent, seconds)
                 self.on_event("job_attempt_lease_renewed", self.job, {})
             except OWNERSHIP_LOSSES as error:
                 attempt.signal.abort(reason_for_error(error))
                 return
             except Exception:
-                # A transient failure: keep trying until the lease would have run out.
+                # A transient failure: keep trying; the lease watch gives up at the deadline.
                 log.warning("lease renewal of job %s failed", self.job.id, exc_info=True)
-                if loop.time() >= expires:
-                    attempt.signal.abort(AbortReason.ERROR)
-                    return
+
+    async def _watch_lease(self) -> None:
+        """Fire ``lease_expired`` once the local deadline passes with no renewal confirmed,
+        whether or not the renewal in flight ever answers (a partition, a hung driver)."""
+        attempt = self.attempt
+        assert attempt is not None
+        lease = self.settings.lease
+        if self.lease_deadline is None:
+            self.lease_deadline = local_deadline(self._now(), lease.duration.total_seconds())
+        step = lease.renew_every.total_seconds()
+        while not attempt.signal.aborted and attempt.completed is None:
+            remaining = self.lease_deadline - self._now()
+            if remaining <= 0:
+                attempt.signal.abort(AbortReason.LEASE_EXPIRED)
+                # The attempt's own end reports job_attempt_lease_expired once its handler returns.
+                self.on_event("job_lease_expired_locally", self.job, {})
+                if self._on_lease_expired is not None:
+                    self._on_lease_expired()
+                return
+            await asyncio.sleep(min(remaining, step))
 
     async def _reschedule(self, error: BaseException) -> None:
         await record_failure(self.client, self.job, self.worker_id, self.settings, self.on_event, error)

@@ -87,14 +87,23 @@ class Slots:
         """Types with a fleet-wide ``max_running``: an attempt of one that ends frees a place,
         announced to every worker (see :mod:`jobchain.worker.claims`)."""
         self._announcing: set[asyncio.Task[None]] = set()
+        self._abandoned: set[str] = set()
+        """In-flight jobs whose lease expired locally: their handlers may still run, but they
+        hold no slot (see :class:`~jobchain.worker.abort.AbortReason` ``LEASE_EXPIRED``)."""
         self.expired_claims = 0
         """Claimed jobs dropped unstarted because their local deadline had passed."""
 
     # ------------------------------------------------------------------ counting
 
     def busy(self) -> int:
-        """Slots in use: running handlers, plus attempts committing beyond the free allowance."""
-        return len(self.inflight) - self._batched_extra - min(len(self._committing), self.concurrency)
+        """Slots in use: running handlers, plus attempts committing beyond the free allowance
+        (an attempt whose lease expired locally no longer counts)."""
+        return (
+            len(self.inflight)
+            - self._batched_extra
+            - min(len(self._committing), self.concurrency)
+            - len(self._abandoned)
+        )
 
     def full(self) -> bool:
         """Whether every slot is in use."""
@@ -114,12 +123,14 @@ class Slots:
         return self.room() > 0 and len(self.buffer) <= self.prefetch // 2
 
     def leased_ids(self) -> list[str]:
-        """Every job leased to this worker: running, committing or buffered."""
-        return [*self.inflight, *(job.id for job, _ in self.buffer)]
+        """Every job leased to this worker: running, committing or buffered (not those whose
+        lease expired locally: the reaper may hand them on)."""
+        running = (job_id for job_id in self.inflight if job_id not in self._abandoned)
+        return [*running, *(job.id for job, _ in self.buffer)]
 
     def leased_count(self) -> int:
         """How many jobs are leased to this worker."""
-        return len(self.inflight) + len(self.buffer)
+        return len(self.inflight) - len(self._abandoned) + len(self.buffer)
 
     # ------------------------------------------------------------------ starting
 
@@ -160,11 +171,7 @@ class Slots:
     def _expired(self, job: Job, waited: float) -> None:
         """Drop ``job``: its lease runs out in the database and the reaper hands it on."""
         self.expired_claims += 1
-        log.debug(
-            "job %s not started: its claim was sent %.1f s ago, past the lease less the safety margin",
-            job.id,
-            waited,
-        )
+        # The event is the DEBUG line: "job_claim_expired job.id=... waited_seconds=31.2".
         self._on_event("job_claim_expired", job, {"waited_seconds": round(waited, 3)})
 
     def _take_buffered(self, type_name: str, limit: int, now: float) -> list[Job]:
@@ -198,6 +205,9 @@ class Slots:
             self._on_event,
             self._groups,
             on_handler_returned=functools.partial(self._committing_now, job.id),
+            clock=self.clock,
+            lease_deadline=deadline,
+            on_lease_expired=functools.partial(self._abandon, job.id),
         )
         if renew_first:
             held = None if deadline is None else functools.partial(self._before, deadline)
@@ -215,6 +225,7 @@ class Slots:
             was_committing = job_id in self._committing
             over_allowance = len(self._committing) > self.concurrency
             self._committing.discard(job_id)
+            self._abandoned.discard(job_id)
             self._runners.pop(job_id, None)
             # The next buffered job takes the slot now, not after a trip through the loop.
             self.start_buffered()
@@ -284,9 +295,17 @@ class Slots:
         except Exception:  # a hint only: capped workers poll within a second anyway
             log.debug("could not announce a freed place of %s", type_name, exc_info=True)
 
+    def _abandon(self, job_id: str) -> None:
+        """``job_id``'s lease expired locally: its slot may run another job."""
+        if job_id not in self.inflight or job_id in self._committing:
+            return
+        self._abandoned.add(job_id)
+        self.start_buffered()
+        self._wake()
+
     def _committing_now(self, job_id: str) -> None:
         """The handler of ``job_id`` returned; only its commit is left: its slot may run another."""
-        if job_id not in self.inflight:
+        if job_id not in self.inflight or job_id in self._abandoned:
             return
         self._committing.add(job_id)
         self.start_buffered()
