@@ -51,7 +51,7 @@ def embedded_sources(module: ModuleType) -> list[str]:
     return [
         value
         for name, value in vars(module).items()
-        if name.isupper() and isinstance(value, str) and "\nclass " in value
+        if name.isupper() and isinstance(value, str) and ("\nclass " in value or "\ndef " in value)
     ]
 
 
