@@ -156,6 +156,19 @@ DURATION_UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800}
 _DURATION = re.compile(r"(?P<number>\d+(?:\.\d+)?)\s*(?P<unit>[smhdw]?)")
 
 
+class Seconds(click.FloatRange):
+    """A finite number of seconds from ``minimum`` to ``maximum`` (a FloatRange lets nan by)."""
+
+    def __init__(self, minimum: float, maximum: float) -> None:
+        super().__init__(min=minimum, max=maximum)
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
+        converted = super().convert(value, param, ctx)
+        if not math.isfinite(converted):
+            self.fail(f"{value!r} is not a number of seconds", param, ctx)
+        return converted
+
+
 class DurationType(click.ParamType[timedelta, Any]):
     """``90`` (seconds), ``45s``, ``5m``, ``12h``, ``7d`` or ``2w`` as a positive timedelta,
     at most :data:`DURATION_MAX`."""

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
-from jobchain.cli.common import NOTIFY_URL_HELP, STATE_URL_HELP
+from jobchain.cli.common import DURATION_MAX, NOTIFY_URL_HELP, STATE_URL_HELP, Seconds
 from jobchain.errors import InvalidArgumentError, JobchainError, SchemaNotMigratedError
 from jobchain.job_types import UNSET, JobTypes, MaxAttempts
 from jobchain.worker.processors import Processors
@@ -24,6 +24,10 @@ if TYPE_CHECKING:
     from jobchain.telemetry.prometheus import MetricsServer, PrometheusMetrics
 
 DURATION_UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
+DAY_SECONDS = 86400.0
+"""The longest --poll-interval: a worker that polls less often than daily is waiting for nothing."""
+HOUR_SECONDS = 3600.0
+"""The longest --heartbeat-interval: rescue takes a few of them."""
 
 
 def parse_duration(text: str, option: str) -> timedelta:
@@ -39,6 +43,8 @@ def parse_duration(text: str, option: str) -> timedelta:
         ) from None
     if not math.isfinite(seconds) or seconds <= 0:
         raise InvalidArgumentError(f"{option} must be a positive duration, got {text!r}")
+    if seconds > DURATION_MAX.total_seconds():
+        raise InvalidArgumentError(f"{option} is at most {DURATION_MAX.days} days, got {text!r}")
     return timedelta(seconds=seconds)
 
 
@@ -290,11 +296,11 @@ GENERIC_HINT = "run `jobchain migrate --state URL` (or `await adapter.migrate()`
     help="Event loop: auto takes uvloop when installed (pip install 'jobchain[uvloop]').",
 )
 @click.option("--name", default="worker", show_default=True, help="Readable worker name (a suffix is added).")
-@click.option("--poll-interval", default=60.0, show_default=True, type=click.FloatRange(min=0.001))
+@click.option("--poll-interval", default=60.0, show_default=True, type=Seconds(0.001, DAY_SECONDS))
 @click.option(
     "--heartbeat-interval",
     default=None,
-    type=click.FloatRange(min=0.001),
+    type=Seconds(0.001, HOUR_SECONDS),
     help="Seconds between registry heartbeats [default: 2].",
 )
 @click.option(
@@ -311,7 +317,7 @@ GENERIC_HINT = "run `jobchain migrate --state URL` (or `await adapter.migrate()`
 @click.option(
     "--timeout",
     default=None,
-    type=click.FloatRange(min=0.001),
+    type=Seconds(0.001, DURATION_MAX.total_seconds()),
     help="Handler deadline in seconds for types that set none [default: none].",
 )
 @click.option(
