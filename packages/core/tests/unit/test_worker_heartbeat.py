@@ -311,7 +311,9 @@ async def test_a_stopped_workers_final_heartbeat_never_releases() -> None:
     assert state.heartbeats[-1].release_dead is False
 
 
-async def test_a_worker_presumed_dead_warns_and_keeps_going(caplog: pytest.LogCaptureFixture) -> None:
+async def test_a_worker_presumed_dead_warns_and_rejoins_under_a_new_incarnation(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
     caplog.set_level(logging.WARNING, logger="jobchain.worker")
     now = datetime(2030, 1, 1, tzinfo=UTC)
     state = MemoryStateAdapter(clock=lambda: now)
@@ -344,7 +346,11 @@ async def test_a_worker_presumed_dead_warns_and_keeps_going(caplog: pytest.LogCa
     warnings = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
     assert len(warnings) == 1
     assert "worker me-1 was presumed dead" in warnings[0]
-    assert "leases lost" in warnings[0]
+    assert "aborts their attempts and rejoins" in warnings[0]
+    assert heartbeat.incarnation == 2
+    rejoined = await heartbeat.beat()
+    assert rejoined is not None
+    assert not rejoined.was_dead
     row = await row_of(client, "me-1")
     assert row is not None
     assert row.state is WorkerState.RUNNING

@@ -111,6 +111,7 @@ class Heartbeat:
         on_fatal: Callable[[BaseException], None],
         emit: Emit,
         clock: Callable[[], float] | None = None,
+        on_presumed_dead: Callable[[], None] | None = None,
     ) -> None:
         self._client = client
         self.identity = identity
@@ -120,6 +121,7 @@ class Heartbeat:
         self._inflight = inflight
         self._on_beat = on_beat
         self._on_fatal = on_fatal
+        self._on_presumed_dead = on_presumed_dead
         self._emit = emit
         self._clock = clock
         self._streak = FailureStreak(log, f"worker {identity.worker_id} heartbeat", clock=self._now)
@@ -133,6 +135,9 @@ class Heartbeat:
         self._stopping = False
         self.beats = 0
         """Successful heartbeats so far."""
+        self.incarnation = 1
+        """Raised each time the worker learns it was presumed dead; its heartbeats carry it, and
+        the state backend ignores those of an earlier incarnation (a late one cannot revive it)."""
 
     def _now(self) -> float:
         return self._clock() if self._clock is not None else asyncio.get_running_loop().time()
@@ -240,16 +245,28 @@ class Heartbeat:
                 self._healthy_since = now
             self.beats += 1
         if result.was_dead:
-            log.warning(
-                "worker %s was presumed dead by another worker (no heartbeat for %.0f s) and its running "
-                "jobs were released: its attempts will find their leases lost; it keeps running",
-                self.identity.worker_id,
-                self.alive_for.total_seconds(),
-            )
+            self._presumed_dead()
         if result.dead_worker_ids or result.released_jobs:
             await self._report_dead(result)
         self._on_beat(result, recovered)
         return result
+
+    def _presumed_dead(self) -> None:
+        """Another worker declared this one dead and released its jobs: stop their attempts,
+        and rejoin under a new incarnation, so no late heartbeat of this one revives the row."""
+        log.warning(
+            "worker %s was presumed dead by another worker (no heartbeat for %.0f s) and its running "
+            "jobs were released: it aborts their attempts and rejoins",
+            self.identity.worker_id,
+            self.alive_for.total_seconds(),
+        )
+        self._emit("worker_presumed_dead_self", {"incarnation": self.incarnation})
+        self.incarnation += 1
+        # It rejoins as a newcomer: no releasing of others before alive_for of good heartbeats.
+        self._healthy_since = None
+        if self._on_presumed_dead is not None:
+            self._on_presumed_dead()
+        self._poked.set()  # the rejoining heartbeat goes out now
 
     async def _report_dead(self, result: WorkerHeartbeatResult) -> None:
         """One INFO line per dead worker; a ``job_rescued`` event per released job."""

@@ -27,6 +27,7 @@ from jobchain.contracts import RunsOperationsAlone, StateTx, WorkerHeartbeatResu
 from jobchain.entities import PRIORITY_AGING, Job, WorkerState
 from jobchain.errors import InvalidArgumentError, SchemaNotMigratedError, UnknownJobTypeError
 from jobchain.job_types import UNSET, MaxAttempts, validate_max_attempts, validate_timeout
+from jobchain.worker.abort import AbortReason
 from jobchain.worker.backoff import DEFAULT_RECOVERY_BACKOFF, Backoff, LeaseConfig
 from jobchain.worker.claims import Claims, type_limits_of
 from jobchain.worker.completer import CompletionGroups
@@ -248,6 +249,7 @@ class Worker(WorkerEvents):
             on_beat=self._heartbeat_succeeded,
             on_fatal=self._heartbeat_fatal,
             emit=self._emit,
+            on_presumed_dead=self._presumed_dead,
         )
         self._reaper = Reaper(
             client,
@@ -447,6 +449,10 @@ class Worker(WorkerEvents):
             self._wake.set()
         if result.released_jobs:
             self._wake.set()
+
+    def _presumed_dead(self) -> None:
+        self._slots.forget_all(AbortReason.TAKEN_BY_ANOTHER_WORKER)
+        self._wake.set()
 
     def _heartbeat_fatal(self, error: BaseException) -> None:
         self._fatal = error

@@ -303,6 +303,15 @@ class Slots:
         self.start_buffered()
         self._wake()
 
+    def forget_all(self, reason: AbortReason) -> None:
+        """Every job this worker held was handed on (it was presumed dead): abort the running
+        attempts with ``reason`` and drop the buffer, whose jobs are no longer leased to it."""
+        self.buffer.clear()
+        for runner in list(self._runners.values()):
+            signal = runner.attempt.signal if runner.attempt is not None else None
+            if signal is not None:
+                signal.abort(reason)
+
     def _committing_now(self, job_id: str) -> None:
         """The handler of ``job_id`` returned; only its commit is left: its slot may run another."""
         if job_id not in self.inflight or job_id in self._abandoned:
