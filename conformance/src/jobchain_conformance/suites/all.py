@@ -100,6 +100,7 @@ from jobchain_conformance.suites.state_scheduling_races import ClaimRaceTests
 from jobchain_conformance.suites.state_sessions import SessionRevocationTests
 from jobchain_conformance.suites.state_transactions import CloseTests, SavepointTests, TransactionTests
 from jobchain_conformance.suites.state_trigger import JobsTriggerTests
+from jobchain_conformance.suites.state_worker_incarnation import WorkerIncarnationTests
 from jobchain_conformance.suites.state_workers import (
     NextLeaseExpiryTests,
     WorkerDeathTests,
@@ -133,6 +134,7 @@ class StateAdapterSuite(
     ReapRescueTests,
     WorkerHeartbeatTests,
     WorkerDeathTests,
+    WorkerIncarnationTests,
     WorkerReleaseTests,
     FencingAfterReleaseTests,
     ConcurrentReleaseTests,

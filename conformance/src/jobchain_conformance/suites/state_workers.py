@@ -37,6 +37,7 @@ def beat(
     version: str = "1.2.3",
     concurrency: int = 4,
     inflight: int = 0,
+    incarnation: int = 0,
 ) -> WorkerHeartbeat:
     """A :class:`WorkerHeartbeat` with plausible defaults (``name`` defaults to the id)."""
     return WorkerHeartbeat(
@@ -52,6 +53,7 @@ def beat(
         alive_for=alive_for,
         release_dead=release_dead,
         prune_after=prune_after,
+        incarnation=incarnation,
         now=now,
     )
 
@@ -163,26 +165,30 @@ class WorkerHeartbeatTests:
         assert (row.concurrency, row.inflight, row.state) == (1, 1, WorkerState.STOPPED)
         assert len(await workers(state_adapter, now=later)) == 1
 
-    async def test_heartbeat_of_a_worker_marked_dead_reports_was_dead_and_revives_it(
+    async def test_heartbeat_of_a_worker_marked_dead_reports_was_dead_and_a_rejoin_revives_it(
         self, state_adapter: StateAdapter, now: datetime
     ) -> None:
+        # The dead incarnation is fenced (state_worker_incarnation); the next one rejoins.
         await heartbeat(state_adapter, beat(A, now=now))
         lapsed = now + ALIVE + timedelta(seconds=5)
         assert (await heartbeat(state_adapter, beat(B, now=lapsed, release_dead=True))).dead_worker_ids == [A]
         back = lapsed + timedelta(seconds=1)
         assert (await heartbeat(state_adapter, beat(A, now=back))).was_dead is True
+        assert (await heartbeat(state_adapter, beat(A, now=back, incarnation=1))).was_dead is False
         row = await worker(state_adapter, A, now=back)
         assert row is not None
         assert row.state is WorkerState.RUNNING
         assert_time(state_adapter, row.alive_until, back + ALIVE)
-        assert_time(state_adapter, row.started_at, now)
 
-    async def test_was_dead_is_reported_once(self, state_adapter: StateAdapter, now: datetime) -> None:
+    async def test_was_dead_is_reported_until_the_worker_rejoins(
+        self, state_adapter: StateAdapter, now: datetime
+    ) -> None:
         await heartbeat(state_adapter, beat(A, now=now))
         lapsed = now + ALIVE + timedelta(seconds=5)
         await heartbeat(state_adapter, beat(B, now=lapsed, release_dead=True))
-        await heartbeat(state_adapter, beat(A, now=lapsed + timedelta(seconds=1)))
-        again = await heartbeat(state_adapter, beat(A, now=lapsed + timedelta(seconds=2)))
+        assert (await heartbeat(state_adapter, beat(A, now=lapsed + timedelta(seconds=1)))).was_dead is True
+        await heartbeat(state_adapter, beat(A, now=lapsed + timedelta(seconds=1), incarnation=1))
+        again = await heartbeat(state_adapter, beat(A, now=lapsed + timedelta(seconds=2), incarnation=1))
         assert again.was_dead is False
 
     async def test_lapsed_row_nobody_marked_dead_is_not_was_dead(

@@ -16,6 +16,15 @@ from jobchain.entities import Job, WorkerState
 from jobchain.errors import InvalidArgumentError
 
 WORKER_REPORTED_STATES = (WorkerState.RUNNING, WorkerState.DRAINING, WorkerState.STOPPED)
+MAX_INCARNATION = 2**63 - 1
+"""The highest ``WorkerHeartbeat.incarnation``: every backend stores it as a signed 64-bit int."""
+
+
+def _check_incarnation(value: object) -> None:
+    if not isinstance(value, int) or isinstance(value, bool) or not 0 <= value <= MAX_INCARNATION:
+        raise InvalidArgumentError(
+            f"incarnation must be an integer from 0 to {MAX_INCARNATION}, got {value!r}"
+        )
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -36,6 +45,24 @@ class WorkerHeartbeat:
 
     Rows whose ``alive_until`` is older than ``now - prune_after`` are deleted, except rows
     this call marks dead: they list as ``dead`` until a later heartbeat deletes them.
+
+    ``incarnation`` fences heartbeats (suite: WorkerIncarnationTests). A worker numbers its
+    lives: it sends the same incarnation on every heartbeat and, once told it was presumed
+    dead, rejoins under a higher one. Against the stored row:
+
+    - no row yet: it is inserted with this incarnation;
+    - ``incarnation`` lower than the row's (a late heartbeat of an earlier life), or the row
+      is ``dead`` and ``incarnation`` is not higher than the row's: the heartbeat is *fenced*.
+      It writes nothing: the row keeps every field (a dead row stays ``dead``, its
+      ``alive_until`` unchanged), no other worker is marked dead, released or pruned; the
+      result says ``was_dead=True`` with no released jobs (``next_lease_expiry`` is computed);
+    - ``incarnation`` higher than the row's: a rejoin, the row is written as reported with the
+      new incarnation (``started_at`` may stay), ``was_dead=False``;
+    - otherwise (same incarnation, row not ``dead``): the upsert above, ``was_dead=False``.
+
+    So a heartbeat a worker abandoned during a partition, arriving after another worker
+    marked it dead, cannot bring the row back: the worker learns it was presumed dead.
+    ``incarnation`` is an int from 0 to 2**63 - 1 (bool refused).
     """
 
     worker_id: str
@@ -50,10 +77,12 @@ class WorkerHeartbeat:
     alive_for: timedelta
     release_dead: bool = False
     prune_after: timedelta = timedelta(hours=1)
+    incarnation: int = 0
     now: datetime | None = None
 
     def __post_init__(self) -> None:
         _check_timedelta("alive_for", self.alive_for, positive=True)
+        _check_incarnation(self.incarnation)
         _check_timedelta("prune_after", self.prune_after, positive=True)
         if self.state not in WORKER_REPORTED_STATES:
             raise InvalidArgumentError(
@@ -65,8 +94,10 @@ class WorkerHeartbeat:
 class WorkerHeartbeatResult:
     """What a heartbeat found.
 
-    ``was_dead``: this worker's own row had been marked ``dead`` (another worker released its
-    jobs; its attempts will find their leases lost). ``released_jobs``: the jobs this call
+    ``was_dead``: the heartbeat was fenced (see :class:`WorkerHeartbeat`): this incarnation's
+    row had been marked ``dead`` (another worker released its jobs; its attempts will find their
+    leases lost), or a later incarnation holds the row. Nothing was written; the worker should
+    abort its attempts and rejoin under a higher incarnation. ``released_jobs``: the jobs this call
     returned to pending. ``next_lease_expiry``: time until the earliest lease among running
     jobs of ``type_names`` not leased by this worker expires (zero if one already has), or
     None if there is none — when a reap is next worth running.

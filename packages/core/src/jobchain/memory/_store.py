@@ -76,7 +76,8 @@ class TxState:
         self.undo: list[tuple[str, Row | None]] = []  # (job id, previous row), oldest first
         self.locks: list[str] = []  # locked job ids, in acquisition order
         self.touched: set[str] = set()  # ids whose preimage this transaction recorded
-        self.worker_undo: list[tuple[str, WorkerInfo | None]] = []  # (worker id, previous row)
+        # (worker id, previous row, its incarnation)
+        self.worker_undo: list[tuple[str, WorkerInfo | None, int]] = []
         self.worker_locks: list[str] = []  # locked worker ids, in acquisition order
         self.holds: list[str] = []  # held job ids (locks without a write), in acquisition order
         self.table_undo: list[tuple[AnyTable, str, Any]] = []  # (table, key, previous value)

@@ -77,12 +77,24 @@ def jobs_reap_expired(ctx: Ctx, params: JobsReapExpired, now: datetime) -> list[
 # ---------------------------------------------------------------- heartbeat
 
 
+def fenced(own: WorkerInfo | None, stored: int, incarnation: int) -> bool:
+    """A heartbeat of ``incarnation`` against the stored row (``stored`` its incarnation) that
+    must write nothing: a late one of an earlier life, or one of the life presumed dead."""
+    if own is None:
+        return False
+    return incarnation < stored or (own.state is WorkerState.DEAD and incarnation <= stored)
+
+
 def worker_heartbeat(ctx: Ctx, params: WorkerHeartbeat, now: datetime) -> WorkerHeartbeatResult:
     table = ctx.store.workers
     holder = table.try_lock(ctx.tx, params.worker_id)  # a concurrent write of our row: wait for it
     if holder is not None:
         raise Blocked(holder)
     own = table.rows.get(params.worker_id)  # ours now: the committed row or our own write
+    if fenced(own, table.incarnations.get(params.worker_id, 0), params.incarnation):
+        # A presumed-dead worker writes nothing, and rescues nobody (see WorkerHeartbeat). Its
+        # row stays locked to the end of the transaction, unchanged, as PostgreSQL's would.
+        return WorkerHeartbeatResult(was_dead=True, next_lease_expiry=_next_lease_expiry(ctx, params, now))
     row = WorkerInfo(
         id=params.worker_id,
         name=params.name,
@@ -97,20 +109,23 @@ def worker_heartbeat(ctx: Ctx, params: WorkerHeartbeat, now: datetime) -> Worker
         last_seen_at=now,
         alive_until=now + params.alive_for,
     )
-    table.put(ctx.tx, params.worker_id, row)
+    table.put(ctx.tx, params.worker_id, row, params.incarnation)
     released: list[Job] = []
     dead_ids: list[str] = []
     if params.release_dead:
         dead_ids = _mark_dead(ctx, params.worker_id, now)
         released = _release_jobs(ctx, dead_ids, now)
     _prune(ctx, {params.worker_id, *dead_ids}, now - params.prune_after)
-    expiry = ctx.view.earliest_lease(params.type_names, params.worker_id)
     return WorkerHeartbeatResult(
-        was_dead=own is not None and own.state is WorkerState.DEAD,
         released_jobs=released,
         dead_worker_ids=dead_ids,
-        next_lease_expiry=None if expiry is None else max(timedelta(0), expiry - now),
+        next_lease_expiry=_next_lease_expiry(ctx, params, now),
     )
+
+
+def _next_lease_expiry(ctx: Ctx, params: WorkerHeartbeat, now: datetime) -> timedelta | None:
+    expiry = ctx.view.earliest_lease(params.type_names, params.worker_id)
+    return None if expiry is None else max(timedelta(0), expiry - now)
 
 
 def _writable(table: WorkerTable, tx: TxState, excluded: set[str]) -> list[WorkerInfo]:
