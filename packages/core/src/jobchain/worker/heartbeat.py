@@ -56,6 +56,22 @@ minutes. Not shorter: a slow but working database must not turn every heartbeat 
 """
 
 
+CANCEL_GRACE = 1.0
+"""Seconds a heartbeat given up on may take to end after its cancellation before the worker
+stops waiting for it: a heartbeat is abandoned within ``give_up + CANCEL_GRACE`` seconds."""
+
+
+def _forget(
+    tasks: set[asyncio.Task[WorkerHeartbeatResult]],
+) -> Callable[[asyncio.Task[WorkerHeartbeatResult]], None]:
+    def done(task: asyncio.Task[WorkerHeartbeatResult]) -> None:
+        tasks.discard(task)
+        if not task.cancelled():
+            task.exception()  # retrieved: a late failure of an abandoned heartbeat is no news
+
+    return done
+
+
 def library_version() -> str:
     """The installed jobchain version, or ``"unknown"`` (running from a source tree)."""
     try:
@@ -135,6 +151,8 @@ class Heartbeat:
         self._stopping = False
         self.beats = 0
         """Successful heartbeats so far."""
+        self._abandoned: set[asyncio.Task[WorkerHeartbeatResult]] = set()
+        """Heartbeats given up on whose driver has not let go yet (see ``_send_bounded``)."""
         self.incarnation = 1
         """Raised each time the worker learns it was presumed dead; its heartbeats carry it, and
         the state backend ignores those of an earlier incarnation (a late one cannot revive it)."""
@@ -167,6 +185,11 @@ class Heartbeat:
         self.state = WorkerState.STOPPED
         with contextlib.suppress(SchemaNotMigratedError):
             await self.beat(give_up_after=GIVE_UP_AFTER)
+        abandoned = set(self._abandoned)
+        for late in abandoned:
+            late.cancel()
+        if abandoned:
+            await asyncio.wait(abandoned, timeout=CANCEL_GRACE)
 
     async def _run(self) -> None:
         while not self._stopping:
@@ -215,13 +238,11 @@ class Heartbeat:
                 alive_for=self.alive_for,
                 release_dead=self.state is not WorkerState.STOPPED and self.releases_dead(),
                 prune_after=PRUNE_AFTER,
+                incarnation=self.incarnation,
             )
             give_up = give_up_after or max(self.alive_for.total_seconds(), GIVE_UP_AFTER)
             try:
-                async with asyncio.timeout(give_up):
-                    async with self._client.transaction(autocommit=True) as tx:
-                        result = await tx.state.worker_heartbeat(params)
-                        publish_rescued(tx.hooks, result.released_jobs)
+                result = await self._send_bounded(params, give_up)
             except asyncio.CancelledError:
                 raise
             except SchemaNotMigratedError as missing:
@@ -267,6 +288,29 @@ class Heartbeat:
         if self._on_presumed_dead is not None:
             self._on_presumed_dead()
         self._poked.set()  # the rejoining heartbeat goes out now
+
+    async def _send(self, params: WorkerHeartbeat) -> WorkerHeartbeatResult:
+        async with self._client.transaction(autocommit=True) as tx:
+            result = await tx.state.worker_heartbeat(params)
+            publish_rescued(tx.hooks, result.released_jobs)
+        return result
+
+    async def _send_bounded(self, params: WorkerHeartbeat, give_up: float) -> WorkerHeartbeatResult:
+        """The heartbeat's result within ``give_up`` seconds, else TimeoutError, at most
+        :data:`CANCEL_GRACE` later: a driver stuck in its own cancellation (psycopg waits up
+        to ten seconds on a vanished peer) is left to finish in the background."""
+        task = asyncio.ensure_future(self._send(params))
+        done, _ = await asyncio.wait({task}, timeout=give_up)
+        if not done:
+            task.cancel()
+            done, _ = await asyncio.wait({task}, timeout=CANCEL_GRACE)
+        if not done:
+            self._abandoned.add(task)
+            task.add_done_callback(_forget(self._abandoned))
+            raise TimeoutError()
+        if task.cancelled():
+            raise TimeoutError()
+        return task.result()
 
     async def _report_dead(self, result: WorkerHeartbeatResult) -> None:
         """One INFO line per dead worker; a ``job_rescued`` event per released job."""
