@@ -365,6 +365,7 @@ class TestSchema:
             "0006_queue_stats",
             "0007_scheduling",
             "0008_session_revocations",
+            "0009_worker_incarnation",
         ]
         assert "jobchain_job_listing_status_idx" not in indexes
         assert "jobchain_job_listing_idx" in indexes

@@ -228,7 +228,9 @@ async def test_upgrade_from_0004_keeps_every_row_of_every_status(tmp_path: Path)
         assert dump(path, f"SELECT {OLD_COLUMNS} FROM jobchain_job ORDER BY id") == jobs_before
         blockers_after = "SELECT job_id, blocked_by_chain_id, idx, trace_context FROM jobchain_job_blocker"
         assert dump(path, f"{blockers_after} ORDER BY job_id, idx") == blockers_before
-        assert dump(path, "SELECT * FROM jobchain_worker") == workers_before
+        # 0009_worker_incarnation adds one column (every old row reads 0) after the old ones.
+        assert [row[:-1] for row in dump(path, "SELECT * FROM jobchain_worker")] == workers_before
+        assert {row[-1] for row in dump(path, "SELECT * FROM jobchain_worker")} == {0}
         new = dump(
             path,
             "SELECT DISTINCT attempt_errors, attempt_base, failed_at, cancelled_at, cancel_reason,"
@@ -301,8 +303,8 @@ async def test_a_database_without_the_lifecycle_migration_raises_schema_not_migr
     try:
         with pytest.raises(
             CoreSchemaNotMigratedError,
-            match=r"0005_job_lifecycle, 0006_queue_stats, 0007_scheduling, 0008_session_revocations"
-            r" not applied.*jobchain migrate",
+            match=r"0005_job_lifecycle, 0006_queue_stats, 0007_scheduling, 0008_session_revocations,"
+            r" 0009_worker_incarnation not applied.*jobchain migrate",
         ):
             async with adapter.transaction() as tx:
                 await tx.jobs_list(JobsList())

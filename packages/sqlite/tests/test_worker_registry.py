@@ -249,10 +249,12 @@ class TestDeadWorkers:
         assert retaken.jobs[0].rescued_from == "slow"  # kept by the next claim
 
         back = await heartbeat(adapter, "slow", at(33))
-        assert back.was_dead
+        assert back.was_dead  # fenced (issue 35): the row stays dead until a rejoin
         [row] = [row for row in await workers(adapter, at(33)) if row.id == "slow"]
-        assert (row.state, row.started_at, row.last_seen_at) == (WorkerState.RUNNING, T0, at(33))
-        assert not (await heartbeat(adapter, "slow", at(34))).was_dead
+        assert (row.state, row.last_seen_at) == (WorkerState.DEAD, T0)
+        assert not (await heartbeat(adapter, "slow", at(34), incarnation=1)).was_dead
+        [row] = [row for row in await workers(adapter, at(34)) if row.id == "slow"]
+        assert (row.state, row.started_at, row.last_seen_at) == (WorkerState.RUNNING, T0, at(34))
 
         with pytest.raises(JobTakenByAnotherWorkerError):
             async with adapter.transaction() as tx:

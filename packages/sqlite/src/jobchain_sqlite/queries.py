@@ -152,6 +152,7 @@ MIGRATIONS: tuple[str, ...] = (
     "0006_queue_stats",
     "0007_scheduling",
     "0008_session_revocations",
+    "0009_worker_incarnation",
 )
 """Migration names in the order they apply; each is ``migrations/<name>.sql``."""
 
