@@ -133,10 +133,27 @@ def parse_url(url: BackendURL | str) -> BackendURL:
     return parsed
 
 
+CONNECTION_BOUNDS: Final[tuple[tuple[str, str], ...]] = (
+    ("keepalives", "1"),
+    ("keepalives_idle", "10"),
+    ("keepalives_interval", "5"),
+    ("keepalives_count", "3"),
+    ("tcp_user_timeout", "30000"),
+)
+"""libpq parameters every connection jobchain opens gets unless its URL sets them: a silent
+peer is probed after 10 s idle and given up after three unanswered probes 5 s apart (25 s),
+and data the peer does not acknowledge for 30 s fails the statement. The kernel's defaults
+(two hours of silence, about fifteen minutes of retransmits) would keep a statement on a
+vanished server waiting for as long."""
+
+
 def target(url: BackendURL, connect_timeout: float) -> Target:
-    """The libpq connection string for ``url`` (jobchain's own query keys removed)."""
+    """The libpq connection string for ``url`` (jobchain's own query keys removed), with
+    :data:`CONNECTION_BOUNDS` where the URL sets none."""
     libpq: dict[str, str] = {key: value for key, value in url.query.items() if key not in _ALL_KEYS}
     libpq.setdefault("connect_timeout", str(max(1, round(connect_timeout))))
+    for key, value in CONNECTION_BOUNDS:
+        libpq.setdefault(key, value)
     params: dict[str, str | int | None] = {"host": url.host, "port": url.port, "user": url.username}
     params.update({"password": url.password, "dbname": url.database, **libpq})
     try:
