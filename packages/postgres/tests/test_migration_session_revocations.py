@@ -93,7 +93,7 @@ async def test_a_database_at_0009_upgrades_with_its_rows_and_revokes_sessions(
     adapter = await open_state(postgres_url, schema_name)  # applies 0010
     try:
         assert ledger(postgres_url, schema_name) == migration_names()
-        assert migration_names()[-1] == "0010_session_revocations"
+        assert "0010_session_revocations" in migration_names()
         assert _rows(postgres_url, schema_name) == before
         async with adapter.autocommit() as tx:
             await tx.sessions_revoke(
@@ -107,7 +107,9 @@ async def test_a_database_at_0009_upgrades_with_its_rows_and_revokes_sessions(
             more = await tx.jobs_acquire(
                 JobsAcquire(type_names=["t", "other"], worker_id="w2", lease_for=LEASE, limit=5, now=NOW)
             )
-            assert [job.id for job in more.jobs] == [jobs[1].id]  # "other" stays paused
+            # Two "t" jobs of one moment: which was claimed first is the id order, not the list's.
+            left = [job.id for job in jobs[:2] if job.id != claimed.jobs[0].id]
+            assert [job.id for job in more.jobs] == left  # "other" stays paused
     finally:
         await adapter.close()
 
