@@ -207,9 +207,12 @@ async def test_a_worker_marked_dead_learns_it_and_its_attempt_is_fenced(
     [running] = await running_jobs_of(pg_state, "slow", 1)
     await heartbeat(pg_state, beat("caller", now=DEAD_AT, release_dead=True))
     back = await heartbeat(pg_state, beat("slow", now=DEAD_AT + timedelta(seconds=1)))
-    again = await heartbeat(pg_state, beat("slow", now=DEAD_AT + timedelta(seconds=2)))
-    assert (back.was_dead, again.was_dead) == (True, False)
-    row = (await workers(pg_state, now=DEAD_AT + timedelta(seconds=2)))["slow"]
+    # Fenced (issue 35): the same incarnation keeps the row dead; the next one rejoins.
+    assert (await workers(pg_state, now=DEAD_AT + timedelta(seconds=1)))["slow"].state is WorkerState.DEAD
+    rejoined = await heartbeat(pg_state, beat("slow", now=DEAD_AT + timedelta(seconds=2), incarnation=1))
+    again = await heartbeat(pg_state, beat("slow", now=DEAD_AT + timedelta(seconds=3), incarnation=1))
+    assert (back.was_dead, rejoined.was_dead, again.was_dead) == (True, False, False)
+    row = (await workers(pg_state, now=DEAD_AT + timedelta(seconds=3)))["slow"]
     assert (row.state, row.started_at) == (WorkerState.RUNNING, NOW)
     with pytest.raises(JobTakenByAnotherWorkerError):
         async with pg_state.transaction() as tx:
@@ -404,12 +407,21 @@ async def test_heartbeat_and_listing_send_one_statement_each(counted: PostgresSt
     await running_jobs_of(counted, "dead", 2)
 
     async def heartbeat_op(tx: PostgresStateTx) -> object:
-        return (await tx.worker_heartbeat(beat("me", now=DEAD_AT, release_dead=True))).released_jobs
+        params = beat("me", now=DEAD_AT, release_dead=True, incarnation=1)
+        return (await tx.worker_heartbeat(params)).released_jobs
 
     async def list_op(tx: PostgresStateTx) -> object:
         return await tx.workers_list(WorkersList(states=["dead"], now=DEAD_AT))
 
+    async def fenced_op(tx: PostgresStateTx) -> object:
+        # A late heartbeat of an earlier incarnation (issue 35): fenced in the same statement.
+        late = beat("me", now=DEAD_AT, release_dead=True, incarnation=0)
+        return (await tx.worker_heartbeat(late)).was_dead
+
+    async with counted.transaction() as tx:
+        await tx.worker_heartbeat(beat("me", now=NOW, incarnation=1))
     operations: list[tuple[str, Callable[[PostgresStateTx], Awaitable[object]]]] = [
+        ("worker_heartbeat", fenced_op),
         ("worker_heartbeat", heartbeat_op),
         ("workers_list", list_op),
     ]
@@ -463,6 +475,9 @@ async def test_bad_heartbeat_input_is_refused_before_any_sql(pg_state: PostgresS
         for bad in ({"pid": -1}, {"inflight": -2}, {"concurrency": 2**40}, {"pid": True}):
             with pytest.raises(InvalidArgumentError):
                 await tx.worker_heartbeat(beat("me", **bad))
+        for incarnation in (-1, True, 2**63, 1.0):  # refused by WorkerHeartbeat itself
+            with pytest.raises(InvalidArgumentError, match="incarnation"):
+                beat("me", incarnation=incarnation)
         with pytest.raises(InvalidArgumentError, match="timezone-aware"):
             await tx.worker_heartbeat(beat("me", now=datetime(2030, 1, 1)))
         assert not tx.poisoned

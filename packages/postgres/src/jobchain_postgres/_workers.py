@@ -43,6 +43,7 @@ def _heartbeat_params(params: WorkerHeartbeat) -> dict[str, Any]:
         "alive_for": params.alive_for,
         "release_dead": bool(params.release_dead),
         "prune_after": params.prune_after,
+        "incarnation": params.incarnation,  # 0 to 2**63 - 1 (bigint): WorkerHeartbeat checked it
         "kept": ATTEMPT_ERRORS_KEPT,
         "now": _aware(params.now),
     }
@@ -62,7 +63,9 @@ class WorkersMixin:
         """Upsert the caller's registry row and, with ``release_dead``, rescue dead workers' jobs.
 
         One statement (see ``sql/worker_heartbeat.sql``). Guarantees: two heartbeats never both
-        release one dead worker; a job whose row another transaction holds is left to its lease.
+        release one dead worker; a job whose row another transaction holds is left to its lease;
+        a fenced heartbeat (an earlier incarnation, or a dead row's) writes nothing and says
+        ``was_dead`` (suite: WorkerIncarnationTests).
         """
         shape, rows = await self._rows(self._q.worker_heartbeat, _heartbeat_params(params), write=True)
         head = rows[0]

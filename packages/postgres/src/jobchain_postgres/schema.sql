@@ -85,6 +85,7 @@ CREATE TABLE {deduplication_lock} (
 -- The worker registry: one row per worker process, upserted by its heartbeat. A row whose
 -- alive_until passed while it said running or draining is dead; a live worker's heartbeat marks
 -- it so and releases its running jobs. state is text with a CHECK (easier to extend than an enum).
+-- incarnation fences heartbeats: one of a lower incarnation, or of a dead row's, changes nothing.
 CREATE TABLE {worker} (
     id           text PRIMARY KEY,
     name         text NOT NULL,
@@ -97,7 +98,8 @@ CREATE TABLE {worker} (
     state        text NOT NULL CHECK (state IN ('running', 'draining', 'stopped', 'dead')),
     started_at   timestamptz NOT NULL,                -- the first heartbeat
     last_seen_at timestamptz NOT NULL,                -- the latest heartbeat
-    alive_until  timestamptz NOT NULL                 -- latest heartbeat + its alive_for
+    alive_until  timestamptz NOT NULL,                -- latest heartbeat + its alive_for
+    incarnation  bigint NOT NULL DEFAULT 0            -- the worker's life this row records
 ) WITH (fillfactor = 50, autovacuum_vacuum_cost_delay = 0);
 
 -- Ordered keys: the chain that took each key last (a new root with the key upserts the row, which

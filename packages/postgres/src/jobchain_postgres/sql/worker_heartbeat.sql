@@ -3,8 +3,11 @@
 -- draining dead and return its running jobs to pending with the rescue recorded; delete rows whose
 -- alive_until is older than now - :prune_after; report whether the caller's own row had been
 -- marked dead and how long until the next lease of :type_names held by another worker expires.
--- Plan: the own row by primary key, locked before anything else so was_dead reads the state this
--- upsert replaces (a heartbeat marking it dead in another transaction is waited for, then seen;
+-- Fence (issue 35): a heartbeat of an incarnation lower than the row's, or not higher than a dead
+-- row's, is fenced: it writes nothing (no upsert, nobody marked dead, released or pruned) and
+-- reports _was_dead; a higher incarnation rejoins (the row written as reported).
+-- Plan: the own row by primary key, locked before anything else so the fence reads the state
+-- and incarnation this upsert replaces (a heartbeat marking it dead in another transaction is waited for, then seen;
 -- the only wait this statement has, and it holds no other lock meanwhile). Dead scan:
 -- worker_alive_idx, FOR UPDATE SKIP LOCKED, so two heartbeats never both take one worker (the
 -- later one's recheck finds it dead already). The dead workers' jobs: job_expired_lease_idx
@@ -16,20 +19,30 @@
 -- Result: one row per released job with the scalars repeated, or one row whose job columns are
 -- NULL.
 WITH previous AS MATERIALIZED (
-    SELECT w.state FROM {worker} AS w WHERE w.id = %(worker_id)s FOR UPDATE
+    SELECT w.state, w.incarnation FROM {worker} AS w WHERE w.id = %(worker_id)s FOR UPDATE
+),
+fence AS MATERIALIZED (
+    -- No row yet (a first heartbeat) is never fenced.
+    SELECT EXISTS (
+        SELECT 1 FROM previous
+        WHERE previous.incarnation > %(incarnation)s::bigint
+           OR (previous.state = 'dead' AND previous.incarnation >= %(incarnation)s::bigint)
+    ) AS fenced
 ),
 own AS (
     INSERT INTO {worker} AS w (
         id, name, host, pid, version, type_names, concurrency, inflight, state,
-        started_at, last_seen_at, alive_until
+        started_at, last_seen_at, alive_until, incarnation
     )
     SELECT %(worker_id)s, %(name)s, %(host)s, %(pid)s, %(version)s, %(type_names)s::text[],
         %(concurrency)s, %(inflight)s, %(state)s,
         COALESCE(%(now)s::timestamptz, statement_timestamp()),
         COALESCE(%(now)s::timestamptz, statement_timestamp()),
-        COALESCE(%(now)s::timestamptz, statement_timestamp()) + %(alive_for)s::interval
-    -- An init plan: the own row is locked (and its state read) before the upsert touches it.
-    WHERE (SELECT count(*) FROM previous) >= 0
+        COALESCE(%(now)s::timestamptz, statement_timestamp()) + %(alive_for)s::interval,
+        %(incarnation)s::bigint
+    -- An init plan: the own row is locked (and its state read) before the upsert touches it; a
+    -- fenced heartbeat inserts nothing, so the upsert does not touch the row at all.
+    WHERE NOT (SELECT fence.fenced FROM fence)
     ON CONFLICT (id) DO UPDATE
     SET name = EXCLUDED.name,
         host = EXCLUDED.host,
@@ -40,7 +53,8 @@ own AS (
         inflight = EXCLUDED.inflight,
         state = EXCLUDED.state,
         last_seen_at = EXCLUDED.last_seen_at,
-        alive_until = EXCLUDED.alive_until
+        alive_until = EXCLUDED.alive_until,
+        incarnation = EXCLUDED.incarnation
     RETURNING w.id
 ),
 dead AS (
@@ -51,8 +65,9 @@ dead AS (
       AND w.alive_until < COALESCE(%(now)s::timestamptz, statement_timestamp())
       AND w.id <> %(worker_id)s
       -- An init plan: the own row is locked before any other. Two heartbeats that each find the
-      -- other expired (both stalled) then skip each other's row instead of deadlocking.
-      AND (SELECT count(*) FROM previous) >= 0
+      -- other expired (both stalled) then skip each other's row instead of deadlocking. A fenced
+      -- heartbeat (a presumed-dead worker) marks nobody.
+      AND NOT (SELECT fence.fenced FROM fence)
     FOR UPDATE SKIP LOCKED
 ),
 marked AS (
@@ -112,6 +127,7 @@ pruned AS (
         WHERE p.alive_until < COALESCE(%(now)s::timestamptz, statement_timestamp()) - %(prune_after)s::interval
           AND p.id <> %(worker_id)s
           AND p.id NOT IN (SELECT dead.id FROM dead)
+          AND NOT (SELECT fence.fenced FROM fence)
         FOR UPDATE SKIP LOCKED
     )
 ),
@@ -132,7 +148,7 @@ expiry AS (
     ) AS n
 )
 SELECT
-    COALESCE((SELECT previous.state = 'dead' FROM previous), false) AS _was_dead,
+    (SELECT fence.fenced FROM fence) AS _was_dead,
     ARRAY(SELECT marked.id FROM marked ORDER BY marked.id) AS _dead_worker_ids,
     -- GREATEST skips NULLs: no lease at all must stay NULL, not become zero.
     (
