@@ -482,10 +482,10 @@ MUST_FAIL = {
     "TestRestartsStartedAt": [
         "test_later_heartbeat_keeps_started_at_and_moves_last_seen_and_alive_until",
         "test_most_recently_started_first_and_a_later_heartbeat_keeps_the_place",
-        "test_heartbeat_of_a_worker_marked_dead_reports_was_dead_and_revives_it",
     ],
     "TestNeverWasDead": [
-        "test_heartbeat_of_a_worker_marked_dead_reports_was_dead_and_revives_it",
+        "test_heartbeat_of_a_worker_marked_dead_reports_was_dead_and_a_rejoin_revives_it",
+        "test_was_dead_is_reported_until_the_worker_rejoins",
     ],
     "TestNoPrune": [
         "test_rows_lapsed_longer_than_prune_after_are_deleted",
