@@ -161,3 +161,36 @@ async def test_confirmed_renewals_move_the_local_deadline() -> None:
     finally:
         finish.set()
         await worker.stop()
+
+
+async def test_a_handler_resumed_past_its_deadline_sees_the_abort_before_anything_else_runs() -> None:
+    """After a stall (SIGSTOP, a GC pause) the handler's continuation may run before the lease
+    watch: ``signal.aborted`` must already say so."""
+    types = JobTypes()
+    slow = types.define("slow", input=int, output=int, entry=True)
+    state = HangingRenewals()
+    client = Client(state, MemoryNotifyAdapter(), types)
+    clock = FakeMonotonic()
+    seen: list[tuple[bool, AbortReason | None]] = []
+    done = asyncio.Event()
+    processors = Processors()
+
+    @processors.handler(slow)
+    async def handle(attempt: Attempt[int, int]) -> Completed:
+        await attempt.prepare("staged")
+        clock.now += LEASE.duration.total_seconds()  # the process stalled for a whole lease
+        seen.append((attempt.signal.aborted, attempt.signal.reason))  # no await in between
+        done.set()
+        return await attempt.complete(1)
+
+    async with client.transaction() as tx:
+        await client.start_chain(tx, slow, 1)
+    worker = Worker(client, processors, concurrency=1, lease=LEASE, poll_interval=0.05)
+    worker.monotonic = clock
+    await worker.start()
+    try:
+        async with asyncio.timeout(BOUND):
+            await done.wait()
+        assert seen == [(True, AbortReason.LEASE_EXPIRED)]
+    finally:
+        await worker.stop()

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable
 from enum import StrEnum
 
 from jobchain.errors import JobchainError
@@ -37,18 +38,32 @@ class AttemptAbortedError(JobchainError):
 class AbortSignal:
     """Fires at most once with a reason. Handlers poll ``aborted`` or ``await wait()``."""
 
-    __slots__ = ("_event", "_reason")
+    __slots__ = ("_event", "_expired", "_reason")
 
     def __init__(self) -> None:
         self._event = asyncio.Event()
         self._reason: AbortReason | None = None
+        self._expired: Callable[[], bool] | None = None
+
+    def expire_when(self, expired: Callable[[], bool] | None) -> None:
+        """Fire with ``lease_expired`` as soon as ``expired()`` says so when the signal is read,
+        not only when the worker's lease watch next runs: a handler resumed after a stall reads
+        the truth before its next side effect."""
+        self._expired = expired
+
+    def _check_expiry(self) -> None:
+        expired = self._expired
+        if self._reason is None and expired is not None and expired():
+            self.abort(AbortReason.LEASE_EXPIRED)
 
     @property
     def aborted(self) -> bool:
+        self._check_expiry()
         return self._reason is not None
 
     @property
     def reason(self) -> AbortReason | None:
+        self._check_expiry()
         return self._reason
 
     def abort(self, reason: AbortReason) -> None:
@@ -65,5 +80,6 @@ class AbortSignal:
 
     def raise_if_aborted(self) -> None:
         """Raise :class:`AttemptAbortedError` if the signal fired."""
+        self._check_expiry()
         if self._reason is not None:
             raise AttemptAbortedError(self._reason)

@@ -263,6 +263,12 @@ class AttemptRunner:
         if not self.watched:
             self.watched = True
             await self._listen()
+        attempt = self.attempt
+        assert attempt is not None
+        if self.lease_deadline is None:
+            self.lease_deadline = local_deadline(self._now(), self.settings.lease.duration.total_seconds())
+        # Before the handler runs on: reading the signal checks the deadline itself.
+        attempt.signal.expire_when(self._past_deadline)
         self._renewal = asyncio.create_task(self._renew_forever())
         self._lease_watch = asyncio.create_task(self._watch_lease())
 
@@ -368,19 +374,24 @@ class AttemptRunner:
         attempt = self.attempt
         assert attempt is not None
         lease = self.settings.lease
-        if self.lease_deadline is None:
-            self.lease_deadline = local_deadline(self._now(), lease.duration.total_seconds())
         step = lease.renew_every.total_seconds()
-        while not attempt.signal.aborted and attempt.completed is None:
-            remaining = self.lease_deadline - self._now()
-            if remaining <= 0:
-                attempt.signal.abort(AbortReason.LEASE_EXPIRED)
-                # The attempt's own end reports job_attempt_lease_expired once its handler returns.
-                self.on_event("job_lease_expired_locally", self.job, {})
-                if self._on_lease_expired is not None:
-                    self._on_lease_expired()
-                return
-            await asyncio.sleep(min(remaining, step))
+        signal = attempt.signal
+        while True:
+            if signal.reason is not None or attempt.completed is not None:
+                break
+            await asyncio.sleep(min(max(self._remaining(), 0.0), step))
+        if signal.reason is AbortReason.LEASE_EXPIRED and attempt.completed is None:
+            # The attempt's own end reports job_attempt_lease_expired once its handler returns.
+            self.on_event("job_lease_expired_locally", self.job, {})
+            if self._on_lease_expired is not None:
+                self._on_lease_expired()
+
+    def _remaining(self) -> float:
+        deadline = self.lease_deadline
+        return float("inf") if deadline is None else deadline - self._now()
+
+    def _past_deadline(self) -> bool:
+        return self._remaining() <= 0
 
     async def _reschedule(self, error: BaseException) -> None:
         await record_failure(self.client, self.job, self.worker_id, self.settings, self.on_event, error)
