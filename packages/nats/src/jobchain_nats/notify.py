@@ -401,6 +401,8 @@ async def _connect(server: BackendURL, opts: NatsNotifyOptions, outage: Outage, 
                 max_reconnect_attempts=1,
                 reconnect_time_wait=0,
                 connect_timeout=_whole_seconds(opts.connect_timeout.total_seconds()),
+                ping_interval=_whole_seconds(opts.ping_interval.total_seconds()),
+                max_outstanding_pings=opts.max_outstanding_pings,
             )
         except nats.errors.Error as exc:
             if isinstance(exc, nats.errors.AuthorizationError) or "authorization" in str(exc).lower():

@@ -50,6 +50,11 @@ class NatsNotifyOptions:
     connect_retry_delay: timedelta = timedelta(milliseconds=500)
     reconnect_wait: timedelta = timedelta(milliseconds=500)
     request_timeout: timedelta = timedelta(seconds=1)
+    ping_interval: timedelta = timedelta(seconds=10)
+    max_outstanding_pings: int = 3
+    """A server that answers none of ``max_outstanding_pings`` pings sent ``ping_interval``
+    apart counts as gone and the adapter reconnects: about 30 s here, four minutes with
+    nats-py's defaults (120 s, 2). nats-py rounds ``ping_interval`` up to whole seconds."""
 
     def __post_init__(self) -> None:
         if (
@@ -73,6 +78,12 @@ class NatsNotifyOptions:
             raise InvalidArgumentError(f"cas_attempts must be >= 1, got {self.cas_attempts}")
         if self.connect_attempts < 1:
             raise InvalidArgumentError(f"connect_attempts must be >= 1, got {self.connect_attempts}")
+        if self.max_outstanding_pings < 1:
+            raise InvalidArgumentError(
+                f"max_outstanding_pings must be >= 1, got {self.max_outstanding_pings}"
+            )
+        if not timedelta(0) < self.ping_interval <= timedelta(hours=1):
+            raise InvalidArgumentError(f"ping_interval must be from 1 s to 3600 s, got {self.ping_interval}")
         for name in ("connect_timeout", "reconnect_wait", "request_timeout"):
             if getattr(self, name) <= timedelta(0):
                 raise InvalidArgumentError(f"{name} must be positive, got {getattr(self, name)}")
@@ -119,6 +130,8 @@ _QUERY_OPTIONS: Final[Mapping[str, Callable[[str], object]]] = {
     "connect_retry_delay": _seconds,
     "reconnect_wait": _seconds,
     "request_timeout": _seconds,
+    "ping_interval": _seconds,
+    "max_outstanding_pings": int,
 }
 
 
