@@ -182,14 +182,15 @@ class Heartbeat:
         self._poked.set()
         task.cancel()
         await asyncio.gather(task, return_exceptions=True)
-        self.state = WorkerState.STOPPED
-        with contextlib.suppress(SchemaNotMigratedError):
-            await self.beat(give_up_after=GIVE_UP_AFTER)
+        # A heartbeat still in flight must not land after the one recording the stop.
         abandoned = set(self._abandoned)
         for late in abandoned:
             late.cancel()
         if abandoned:
             await asyncio.wait(abandoned, timeout=CANCEL_GRACE)
+        self.state = WorkerState.STOPPED
+        with contextlib.suppress(SchemaNotMigratedError):
+            await self.beat(give_up_after=GIVE_UP_AFTER)
 
     async def _run(self) -> None:
         while not self._stopping:
@@ -300,17 +301,30 @@ class Heartbeat:
         :data:`CANCEL_GRACE` later: a driver stuck in its own cancellation (psycopg waits up
         to ten seconds on a vanished peer) is left to finish in the background."""
         task = asyncio.ensure_future(self._send(params))
-        done, _ = await asyncio.wait({task}, timeout=give_up)
-        if not done:
+        try:
+            done, _ = await asyncio.wait({task}, timeout=give_up)
+            if not done:
+                task.cancel()
+                done, _ = await asyncio.wait({task}, timeout=CANCEL_GRACE)
+        except asyncio.CancelledError:
+            # beat() itself was cancelled (stop()): the call must not outlive it unseen, nor
+            # land after the heartbeat that records the stop.
             task.cancel()
-            done, _ = await asyncio.wait({task}, timeout=CANCEL_GRACE)
+            self._abandon(task)
+            raise
         if not done:
-            self._abandoned.add(task)
-            task.add_done_callback(_forget(self._abandoned))
+            self._abandon(task)
             raise TimeoutError()
         if task.cancelled():
             raise TimeoutError()
         return task.result()
+
+    def _abandon(self, task: asyncio.Task[WorkerHeartbeatResult]) -> None:
+        if task.done():
+            _forget(self._abandoned)(task)
+            return
+        self._abandoned.add(task)
+        task.add_done_callback(_forget(self._abandoned))
 
     async def _report_dead(self, result: WorkerHeartbeatResult) -> None:
         """One INFO line per dead worker; a ``job_rescued`` event per released job."""
