@@ -128,7 +128,8 @@ async def test_a_database_at_0010_upgrades_with_its_rows_and_fences_heartbeats(
             more = await tx.jobs_acquire(
                 JobsAcquire(type_names=["t"], worker_id="live", lease_for=LEASE, limit=5, now=NOW)
             )
-            assert [job.id for job in more.jobs] == [jobs[1].id]
+            # Two jobs of one moment: which the first claim took is the id order, not the list's.
+            assert [job.id for job in more.jobs] == [j.id for j in jobs[:2] if j.id != claimed.jobs[0].id]
         assert _incarnations(postgres_url, schema_name) == [("ghost", 1), ("gone", 0), ("live", 0)]
     finally:
         await adapter.close()

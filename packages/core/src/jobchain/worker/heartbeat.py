@@ -56,22 +56,6 @@ minutes. Not shorter: a slow but working database must not turn every heartbeat 
 """
 
 
-CANCEL_GRACE = 1.0
-"""Seconds a heartbeat given up on may take to end after its cancellation before the worker
-stops waiting for it: a heartbeat is abandoned within ``give_up + CANCEL_GRACE`` seconds."""
-
-
-def _forget(
-    tasks: set[asyncio.Task[WorkerHeartbeatResult]],
-) -> Callable[[asyncio.Task[WorkerHeartbeatResult]], None]:
-    def done(task: asyncio.Task[WorkerHeartbeatResult]) -> None:
-        tasks.discard(task)
-        if not task.cancelled():
-            task.exception()  # retrieved: a late failure of an abandoned heartbeat is no news
-
-    return done
-
-
 def library_version() -> str:
     """The installed jobchain version, or ``"unknown"`` (running from a source tree)."""
     try:
@@ -151,8 +135,6 @@ class Heartbeat:
         self._stopping = False
         self.beats = 0
         """Successful heartbeats so far."""
-        self._abandoned: set[asyncio.Task[WorkerHeartbeatResult]] = set()
-        """Heartbeats given up on whose driver has not let go yet (see ``_send_bounded``)."""
         self.incarnation = 1
         """Raised each time the worker learns it was presumed dead; its heartbeats carry it, and
         the state backend ignores those of an earlier incarnation (a late one cannot revive it)."""
@@ -182,12 +164,6 @@ class Heartbeat:
         self._poked.set()
         task.cancel()
         await asyncio.gather(task, return_exceptions=True)
-        # A heartbeat still in flight must not land after the one recording the stop.
-        abandoned = set(self._abandoned)
-        for late in abandoned:
-            late.cancel()
-        if abandoned:
-            await asyncio.wait(abandoned, timeout=CANCEL_GRACE)
         self.state = WorkerState.STOPPED
         with contextlib.suppress(SchemaNotMigratedError):
             await self.beat(give_up_after=GIVE_UP_AFTER)
@@ -243,7 +219,8 @@ class Heartbeat:
             )
             give_up = give_up_after or max(self.alive_for.total_seconds(), GIVE_UP_AFTER)
             try:
-                result = await self._send_bounded(params, give_up)
+                async with asyncio.timeout(give_up):
+                    result = await self._send(params)
             except asyncio.CancelledError:
                 raise
             except SchemaNotMigratedError as missing:
@@ -295,36 +272,6 @@ class Heartbeat:
             result = await tx.state.worker_heartbeat(params)
             publish_rescued(tx.hooks, result.released_jobs)
         return result
-
-    async def _send_bounded(self, params: WorkerHeartbeat, give_up: float) -> WorkerHeartbeatResult:
-        """The heartbeat's result within ``give_up`` seconds, else TimeoutError, at most
-        :data:`CANCEL_GRACE` later: a driver stuck in its own cancellation (psycopg waits up
-        to ten seconds on a vanished peer) is left to finish in the background."""
-        task = asyncio.ensure_future(self._send(params))
-        try:
-            done, _ = await asyncio.wait({task}, timeout=give_up)
-            if not done:
-                task.cancel()
-                done, _ = await asyncio.wait({task}, timeout=CANCEL_GRACE)
-        except asyncio.CancelledError:
-            # beat() itself was cancelled (stop()): the call must not outlive it unseen, nor
-            # land after the heartbeat that records the stop.
-            task.cancel()
-            self._abandon(task)
-            raise
-        if not done:
-            self._abandon(task)
-            raise TimeoutError()
-        if task.cancelled():
-            raise TimeoutError()
-        return task.result()
-
-    def _abandon(self, task: asyncio.Task[WorkerHeartbeatResult]) -> None:
-        if task.done():
-            _forget(self._abandoned)(task)
-            return
-        self._abandoned.add(task)
-        task.add_done_callback(_forget(self._abandoned))
 
     async def _report_dead(self, result: WorkerHeartbeatResult) -> None:
         """One INFO line per dead worker; a ``job_rescued`` event per released job."""
