@@ -93,6 +93,9 @@ def _setup() -> tuple[Client, HeldClaims, Events, Any, list[int]]:
 
 
 def _worker(client: Client, processors: Processors, clock: Callable[[], float], **kw: Any) -> Worker:
+    # Heartbeats an hour apart: the clock jumps here are about leases, not the worker's
+    # liveness (a jump past alive_for stops every attempt; see test_liveness_deadline.py).
+    kw.setdefault("heartbeat_interval", 3600.0)
     worker = Worker(
         client, processors, lease=LeaseConfig(duration=LEASE, renew_every=LEASE / 2), poll_interval=0.05, **kw
     )

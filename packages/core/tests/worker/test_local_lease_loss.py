@@ -18,6 +18,9 @@ from jobchain.worker import AbortReason, Attempt, Completed, Processors, Worker
 from jobchain.worker.backoff import LeaseConfig
 
 BOUND = 30.0
+QUIET = 3600.0
+"""Heartbeats an hour apart: the clock jumps here are about leases, not the worker's liveness
+(a jump past ``alive_for`` would stop every attempt; see test_liveness_deadline.py)."""
 LEASE = LeaseConfig(duration=timedelta(seconds=30), renew_every=timedelta(milliseconds=50))
 
 
@@ -98,7 +101,9 @@ async def test_hanging_renewals_fire_lease_expired_and_free_the_slot() -> None:
 
     async with client.transaction() as tx:
         await client.start_chain(tx, slow, 1)
-    worker = Worker(client, processors, concurrency=1, lease=LEASE, poll_interval=0.05)
+    worker = Worker(
+        client, processors, concurrency=1, lease=LEASE, poll_interval=0.05, heartbeat_interval=QUIET
+    )
     worker.monotonic = clock
     await worker.start()
     try:
@@ -142,7 +147,9 @@ async def test_confirmed_renewals_move_the_local_deadline() -> None:
 
     async with client.transaction() as tx:
         started = await client.start_chain(tx, slow, 1)
-    worker = Worker(client, processors, concurrency=1, lease=LEASE, poll_interval=0.05)
+    worker = Worker(
+        client, processors, concurrency=1, lease=LEASE, poll_interval=0.05, heartbeat_interval=QUIET
+    )
     worker.monotonic = clock
     await worker.start()
     try:
@@ -185,7 +192,9 @@ async def test_a_handler_resumed_past_its_deadline_sees_the_abort_before_anythin
 
     async with client.transaction() as tx:
         await client.start_chain(tx, slow, 1)
-    worker = Worker(client, processors, concurrency=1, lease=LEASE, poll_interval=0.05)
+    worker = Worker(
+        client, processors, concurrency=1, lease=LEASE, poll_interval=0.05, heartbeat_interval=QUIET
+    )
     worker.monotonic = clock
     await worker.start()
     try:

@@ -30,6 +30,7 @@ from typing import TYPE_CHECKING
 from jobchain.contracts import WorkerHeartbeat, WorkerHeartbeatResult, WorkersList
 from jobchain.entities import Job, WorkerState
 from jobchain.errors import SchemaNotMigratedError
+from jobchain.worker.liveness import Liveness
 from jobchain.worker.outage import FailureStreak, wait_or_timeout
 from jobchain.worker.rescues import Emit, emit_rescued, job_list, publish_rescued
 
@@ -112,6 +113,7 @@ class Heartbeat:
         emit: Emit,
         clock: Callable[[], float] | None = None,
         on_presumed_dead: Callable[[], None] | None = None,
+        liveness: Liveness | None = None,
     ) -> None:
         self._client = client
         self.identity = identity
@@ -122,6 +124,7 @@ class Heartbeat:
         self._on_beat = on_beat
         self._on_fatal = on_fatal
         self._on_presumed_dead = on_presumed_dead
+        self._liveness = liveness
         self._emit = emit
         self._clock = clock
         self._streak = FailureStreak(log, f"worker {identity.worker_id} heartbeat", clock=self._now)
@@ -153,6 +156,10 @@ class Heartbeat:
         self.state = state
         self._poked.set()
 
+    def poke(self) -> None:
+        """Send the next heartbeat now (or as soon as the one in flight ends)."""
+        self._poked.set()
+
     async def stop(self) -> None:
         """Stop beating and record a clean stop (best effort: a dead database only delays it)."""
         task, self._task = self._task, None
@@ -171,9 +178,13 @@ class Heartbeat:
     async def _run(self) -> None:
         while not self._stopping:
             try:
-                await self.beat()
+                result = await self.beat()
             except SchemaNotMigratedError:
                 return  # reported through on_fatal: nothing to beat into
+            if result is not None and self._liveness is not None and self._liveness.lapsed():
+                # That answer came too late to count (it was sent before the deadline it
+                # restores from): the worker starts nothing until one sent now is confirmed.
+                continue
             # Jitter (never longer than the interval) keeps many workers from beating in step.
             delay = self.interval * random.uniform(0.8, 1.0)
             await wait_or_timeout(self._poked, delay)
@@ -218,6 +229,8 @@ class Heartbeat:
                 incarnation=self.incarnation,
             )
             give_up = give_up_after or max(self.alive_for.total_seconds(), GIVE_UP_AFTER)
+            liveness = self._liveness
+            sent = liveness.now() if liveness is not None else 0.0
             try:
                 async with asyncio.timeout(give_up):
                     result = await self._send(params)
@@ -243,6 +256,11 @@ class Heartbeat:
             if self._healthy_since is None or last is None or now - last > self.alive_for.total_seconds():
                 self._healthy_since = now
             self.beats += 1
+            if liveness is not None:
+                if result.was_dead or params.state is WorkerState.STOPPED:
+                    liveness.forget()  # a dead or stopped row is never marked dead
+                else:
+                    liveness.confirmed(sent)
         if result.was_dead:
             self._presumed_dead()
         if result.dead_worker_ids or result.released_jobs:

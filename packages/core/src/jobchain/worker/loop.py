@@ -42,6 +42,7 @@ from jobchain.worker.heartbeat import (
     WorkerIdentity,
 )
 from jobchain.worker.ids import make_worker_id
+from jobchain.worker.liveness import Liveness
 from jobchain.worker.outage import FailureStreak, wait_or_timeout
 from jobchain.worker.periodic import Scheduler
 from jobchain.worker.processors import (
@@ -240,6 +241,13 @@ class Worker(WorkerEvents):
             recovery=recovery,
             emit=self._emit,
         )
+        self._liveness = Liveness(
+            self.worker_id,
+            self.heartbeat_interval * self.missed_heartbeats,
+            on_lapsed=self._liveness_lapsed,
+            on_restored=self._wake.set,
+        )
+        self._slots.lapsed = self._liveness.lapsed
         self._heartbeat = Heartbeat(
             client,
             WorkerIdentity.of_this_process(self.worker_id, name, tuple(self._type_names), self.concurrency),
@@ -250,6 +258,7 @@ class Worker(WorkerEvents):
             on_fatal=self._heartbeat_fatal,
             emit=self._emit,
             on_presumed_dead=self._presumed_dead,
+            liveness=self._liveness,
         )
         self._reaper = Reaper(
             client,
@@ -279,6 +288,7 @@ class Worker(WorkerEvents):
         # A loop that ended on its own error is reported by wait()/stop(); mark it retrieved so
         # asyncio does not also complain about it when nobody waits.
         self._loop_task.add_done_callback(_retrieve)
+        self._liveness.start()
         self._heartbeat.start()
         self._reaper.start()
         if self._pruner is not None:
@@ -312,6 +322,7 @@ class Worker(WorkerEvents):
         await self._slots.release_buffered()
         await self._wakeups.close()
         await self._heartbeat.stop()
+        await self._liveness.stop()
         self._emit("worker_stopped", {})
         self._events.close()
 
@@ -354,6 +365,7 @@ class Worker(WorkerEvents):
     def monotonic(self, clock: Callable[[], float] | None) -> None:
         self._slots.clock = clock
         self._claims.monotonic = clock
+        self._liveness.clock = clock
 
     @property
     def expired_claims(self) -> int:
@@ -449,6 +461,16 @@ class Worker(WorkerEvents):
             self._wake.set()
         if result.released_jobs:
             self._wake.set()
+
+    @property
+    def liveness_lapses(self) -> int:
+        """Times the worker went past its liveness deadline (no heartbeat confirmed in time)."""
+        return self._liveness.lapses
+
+    def _liveness_lapsed(self) -> None:
+        self._emit("worker_liveness_lapsed", {"running": len(self._slots.inflight)})
+        self._slots.abort_all(AbortReason.LEASE_EXPIRED)
+        self._heartbeat.poke()  # the sooner one gets through, the sooner work resumes
 
     def _presumed_dead(self) -> None:
         self._slots.forget_all(AbortReason.TAKEN_BY_ANOTHER_WORKER)

@@ -89,6 +89,7 @@ class AttemptRunner:
         clock: Callable[[], float] | None = None,
         lease_deadline: float | None = None,
         on_lease_expired: Callable[[], None] | None = None,
+        lapsed: Callable[[], bool] | None = None,
     ) -> None:
         self.client = client
         self.processor = processor
@@ -111,6 +112,8 @@ class AttemptRunner:
         """Monotonic time past which this worker may no longer hold the job: the claim's (or
         the last confirmed renewal's) send time plus the lease less the safety margin."""
         self._on_lease_expired = on_lease_expired
+        self._lapsed = lapsed
+        """Whether the worker's liveness deadline passed: others may have taken every job."""
         self._lease_watch: asyncio.Task[None] | None = None
 
     def run(self) -> Coroutine[Any, Any, None]:
@@ -144,6 +147,10 @@ class AttemptRunner:
             await self._reschedule(error)
             return
         self.attempt = attempt
+        if self._lapsed is not None:
+            # A handler resumed after a stall reads its signal as fired before its next side
+            # effect, even before the worker's liveness watch has run.
+            attempt.signal.expire_when(self._lapsed)
         attempt.on_staged = self._start_staged
         attempt.completion_groups = self.completion_groups
         self.started_at = asyncio.get_running_loop().time()
@@ -391,7 +398,7 @@ class AttemptRunner:
         return float("inf") if deadline is None else deadline - self._now()
 
     def _past_deadline(self) -> bool:
-        return self._remaining() <= 0
+        return self._remaining() <= 0 or (self._lapsed is not None and self._lapsed())
 
     async def _reschedule(self, error: BaseException) -> None:
         await record_failure(self.client, self.job, self.worker_id, self.settings, self.on_event, error)

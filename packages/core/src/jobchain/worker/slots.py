@@ -92,6 +92,9 @@ class Slots:
         hold no slot (see :class:`~jobchain.worker.abort.AbortReason` ``LEASE_EXPIRED``)."""
         self.expired_claims = 0
         """Claimed jobs dropped unstarted because their local deadline had passed."""
+        self.lapsed: Callable[[], bool] = _never
+        """Whether the worker's liveness deadline passed (:mod:`jobchain.worker.liveness`):
+        then nothing is claimed or started, and attempts read their abort signal as fired."""
 
     # ------------------------------------------------------------------ counting
 
@@ -120,6 +123,8 @@ class Slots:
         With prefetch, refilling only at half makes claims carry several jobs each, and they
         happen while the slots are busy.
         """
+        if self.lapsed():
+            return False
         return self.room() > 0 and len(self.buffer) <= self.prefetch // 2
 
     def leased_ids(self) -> list[str]:
@@ -150,7 +155,7 @@ class Slots:
     def start_buffered(self) -> None:
         """Move buffered jobs into free slots; one that waited past half its lease renews first,
         one past its local deadline is dropped (it may be someone else's by now)."""
-        if not self.buffer:
+        if not self.buffer or self.lapsed():
             return
         now = self._now()
         while self.buffer and self.busy() < self.concurrency and not self.closed:
@@ -208,6 +213,7 @@ class Slots:
             clock=self.clock,
             lease_deadline=deadline,
             on_lease_expired=functools.partial(self._abandon, job.id),
+            lapsed=self.lapsed,
         )
         if renew_first:
             held = None if deadline is None else functools.partial(self._before, deadline)
@@ -307,6 +313,10 @@ class Slots:
         """Every job this worker held was handed on (it was presumed dead): abort the running
         attempts with ``reason`` and drop the buffer, whose jobs are no longer leased to it."""
         self.buffer.clear()
+        self.abort_all(reason)
+
+    def abort_all(self, reason: AbortReason) -> None:
+        """Fire every running attempt's abort signal with ``reason`` (buffered jobs stay)."""
         for runner in list(self._runners.values()):
             signal = runner.attempt.signal if runner.attempt is not None else None
             if signal is not None:
@@ -406,3 +416,7 @@ async def _cancel_bounded(tasks: set[asyncio.Task[None]]) -> set[asyncio.Task[No
         return set()
     _, stuck = await asyncio.wait(tasks, timeout=SHUTDOWN_GRACE_SECONDS)
     return stuck
+
+
+def _never() -> bool:
+    return False
