@@ -120,6 +120,30 @@ def faults_table(cells: list[dict[str, Any]]) -> list[str]:
     return out
 
 
+def stalls_table(cells: list[dict[str, Any]]) -> list[str]:
+    rows = [c for c in cells if "stale_starts" in c.get("extra", {}) and "limited_at_once_max" in c["extra"]]
+    if not rows:
+        return []
+    out = [
+        "| cell | fault | stale handler starts | limited jobs at work at once (limit) "
+        "| presumed-dead warnings | liveness lapses | victim claims again after (s) "
+        "| victim completed again after (s) |",
+        "|---|---|---:|---:|---:|---:|---:|---:|",
+    ]
+    for cell in rows:
+        extra = cell["extra"]
+        victims = [f for f in cell["faults"] if f.get("victim_pid") is not None]
+        rejoined = ", ".join(seconds(f.get("victim_rejoined_after")) for f in victims) or "–"
+        resumed = ", ".join(seconds(f.get("victim_resumed_after")) for f in victims) or "–"
+        out.append(
+            f"| {cell['cell']} | {cell.get('what') or '–'} | **{extra['stale_starts']}** "
+            f"| {extra['limited_at_once_max']} ({extra.get('limit', '?')}) "
+            f"| {extra.get('presumed_dead_warnings', 0)} | {extra.get('liveness_lapses', 0)} "
+            f"| {rejoined} | {resumed} |"
+        )
+    return out
+
+
 def storm_row(label: str, cell: dict[str, Any], bloat: dict[str, int]) -> str:
     updates = bloat["n_tup_upd"]
     hot = f"{bloat['n_tup_hot_upd']:,} ({100 * bloat['n_tup_hot_upd'] / updates:.0f} %)" if updates else "0"
@@ -209,7 +233,14 @@ DEFINITIONS = [
     "re-execution of the last job the killed process had in flight; *backlog drained* = from the end "
     "of a fault until every chain started before it completed; *rescued by* = the jobs' "
     "`rescue_reason` (`lease_expired`: a live worker's timer reaper; `worker_dead`: a live worker's "
-    "heartbeat found the killed one silent). Bounds are derived from each cell's settings "
+    "heartbeat found the killed one silent); *stale handler starts* = handler starts after the job's "
+    "completion had committed or after a later attempt of it had begun; *limited jobs at work at once* = "
+    "the most distinct `chaos.limited` executions whose logged steps (each taken after reading the abort "
+    "signal) overlap; *liveness lapses* = times a worker went past its own liveness deadline (no "
+    "heartbeat confirmed) and aborted its attempts; *victim claims again after* = from the end of the "
+    "stall or partition to the victim's log line saying a heartbeat got through and it claims again; "
+    "*victim completed again after* = to its first completion (it competes for jobs with workers "
+    "the notifications reach sooner, so this is the longer figure). Bounds are derived from each cell's settings "
     "(lease, heartbeat interval, recovery backoff, load); see `packages/postgres/tests/chaos/cells.py`.",
 ]
 
@@ -220,6 +251,9 @@ def report(data: dict[str, Any], source: Path) -> str:
     lines = [f"# jobchain failure modes — {date}", "", *meta_lines(data), "", *headline(cells), ""]
     lines += ["## Cells", "", *cells_table(cells), "", "## Kills", "", *kills_table(cells), ""]
     lines += ["## Other faults", "", *faults_table(cells), ""]
+    stalls = stalls_table(cells)
+    if stalls:
+        lines += ["## Stalls and partitions", "", *stalls, ""]
     storm = storm_table(cells)
     if storm:
         lines += ["## Retry storm", "", *storm, ""]
@@ -244,6 +278,8 @@ def doc_section(data: dict[str, Any], md: Path) -> str:
         "",
         *cells_table(cells),
         "",
+        *stalls_table(cells),
+        "",
         *storm_table(cells),
         "",
         *DEFINITIONS,
@@ -258,7 +294,8 @@ SECTION_INTRO = """## Failure modes
 `jobchain worker` processes on a private PostgreSQL cluster (initdb on a free loopback port,
 never the shared server), a producer at a steady rate, faults injected beside it (SIGKILLed
 workers, terminated backends, server restarts, held connection slots, Redis and NATS taken
-away, a retry storm), then an audit from the database and a per-execution log. It writes
+away, a retry storm, a worker frozen by SIGSTOP, a worker cut off by a frozen TCP proxy, a slow
+network), then an audit from the database and a per-execution log. It writes
 `bench/results/chaos-<date>.json` and `.md` and refreshes this section with
 `bench/chaos_report.py`; nothing here is typed in by hand.
 
@@ -274,7 +311,11 @@ serially on one xdist worker: about two minutes on a quiet 2-core machine, under
 both cores kept busy by other processes; the
 fast-stop restart and the held connections without a terminate run only with
 `JOBCHAIN_CHAOS=1`. Every cell asserts that nothing is lost, nothing completes twice, only jobs
-a fault hit run again, and recovery within bounds derived from the cell's settings.
+a fault hit run again, and recovery within bounds derived from the cell's settings. The stall and
+partition cells also assert that no handler began a job its worker no longer held (*stale handler
+starts*), that the `max_running=2` type with a cooperative handler never had more than two jobs at
+work at once, and that the frozen or cut-off worker logged the *presumed dead* WARNING and
+completed jobs again.
 
 """
 

@@ -9,7 +9,10 @@
 - recovery per fault: from the fault's end to the first completion after it, and to the
   completion of every chain started before it (the backlog drained); after a kill, from the
   kill to the re-execution of the last of the killed process's jobs (rescue started) and to
-  its completion (rescued), per job type, and the backlog still waiting at that moment.
+  its completion (rescued), per job type, and the backlog still waiting at that moment;
+- stale starts: a handler began running a job its worker no longer held at that moment: after
+  the job's completion had committed, or after an execution of a later attempt had begun
+  (must be 0; see :mod:`.audit_limits` for the limited jobs' overlap).
 """
 
 from __future__ import annotations
@@ -67,6 +70,14 @@ class Fault:
     slowest_worker_resumed_after: float | None = None
     """From the fault's end to the first completion of the last of those workers to complete
     anything (None: one of them completed nothing afterwards)."""
+    victim_pid: int | None = None
+    """The worker process a stall or partition hit (it lives on, unlike a killed one)."""
+    victim_rejoined_after: float | None = None
+    """From the fault's end to the victim's log saying a heartbeat got through again and it
+    claims again: its rejoin time."""
+    victim_resumed_after: float | None = None
+    """From the fault's end to the victim's first completion afterwards (it competes with the
+    other workers for the jobs, so this is at least its rejoin time)."""
 
 
 @dataclass
@@ -217,6 +228,9 @@ async def audit(
         done_at[job_id] = max(done_at[job_id], at)
     created = {job_id: at for job_id, (_, at) in jobs.items()}
     _recovery(figures, done_at, audit_rows, committed)
+    stale = stale_starts(executions, done_at)
+    figures.extra["stale_starts"] = len(stale)
+    figures.extra["stale_start_examples"] = [e._asdict() for e in stale[:10]]
     _rescues(figures, executions, done_at, created)
     _latency(figures, [(created[j], done) for j, done in done_at.items() if j in created])
 
@@ -243,6 +257,23 @@ def _latency(figures: Figures, rows: list[tuple[float, float]]) -> None:
     for phase, values in phases.items():
         figures.extra[f"latency_{phase}_p50_s"] = _percentile(values, 0.5)
         figures.extra[f"latency_{phase}_p95_s"] = _percentile(values, 0.95)
+
+
+def stale_starts(executions: list[Execution], done_at: dict[str, float]) -> list[Execution]:
+    """Executions that began when their worker could no longer hold the job: after its
+    completion committed, or after an execution of a later attempt of it had begun."""
+    stale: list[Execution] = []
+    latest_begun: dict[str, Execution] = {}
+    for execution in sorted(executions, key=lambda e: e.started):
+        done = done_at.get(execution.job_id)
+        previous = latest_begun.get(execution.job_id)
+        if (done is not None and execution.started > done) or (
+            previous is not None and previous.attempt > execution.attempt
+        ):
+            stale.append(execution)
+        if previous is None or execution.attempt > previous.attempt:
+            latest_begun[execution.job_id] = execution
+    return stale
 
 
 def _count_executions(figures: Figures, executions: list[Execution]) -> None:
@@ -282,6 +313,15 @@ def _recovery(
             min((at for _, at, p in audit_rows if p == pid and at > fault.ended), default=None)
             for pid in fault.worker_pids
         ]
+        if fault.victim_pid is not None:
+            fault.victim_resumed_after = next(
+                (
+                    round(at - fault.ended, 3)
+                    for _, at, p in sorted(audit_rows, key=lambda r: r[1])
+                    if p == fault.victim_pid and at > fault.ended
+                ),
+                None,
+            )
         if resumed and None not in resumed:
             fault.slowest_worker_resumed_after = round(
                 max(r for r in resumed if r is not None) - fault.ended, 3

@@ -23,6 +23,7 @@ from jobchain_postgres.testing import PrivateServer
 
 from . import chaos_app
 from .audit import Fault, Figures, audit, job_details, read_executions, wait_drained
+from .audit_limits import LIVENESS_LAPSED, PRESUMED_DEAD, count_lines, most_at_once, read_steps
 from .faults import conninfo
 from .harness import Knobs, Producer, WorkerProcess
 
@@ -258,6 +259,20 @@ def _log_levels(workers: list[WorkerProcess]) -> dict[str, int]:
     return dict(counts)
 
 
+def _limits_and_words(run: CellRun) -> None:
+    """The limited type's most executions at once, and what the workers said of their liveness."""
+    steps = read_steps(run.workdir / "steps.log")
+    if steps:
+        at_once, which = most_at_once(steps, run.plan.knobs.step)
+        run.figures.extra["limit"] = run.plan.knobs.limit
+        run.figures.extra["limited_at_once_max"] = at_once
+        run.figures.extra["limited_at_once_when_max"] = which
+        run.figures.extra["limited_steps"] = len(steps)
+    logs = [w.log_file for w in run.workers]
+    run.figures.extra["presumed_dead_warnings"] = sum(count_lines(f, PRESUMED_DEAD) for f in logs)
+    run.figures.extra["liveness_lapses"] = sum(count_lines(f, LIVENESS_LAPSED) for f in logs)
+
+
 def _create_database(server: PrivateServer, database: str) -> None:
     with psycopg.connect(conninfo(server.port, "postgres"), autocommit=True) as conn:
         conn.execute(sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(database)))
@@ -277,11 +292,18 @@ async def run_cell(
     server: PrivateServer,
     workdir: Path,
     schedule: Callable[[CellRun], Awaitable[None]],
+    *,
+    prepare: Callable[[CellRun], None] | None = None,
 ) -> Figures:
-    """Run ``schedule`` beside the producer, then drain and audit; return the figures."""
+    """Run ``schedule`` beside the producer, then drain and audit; return the figures.
+
+    ``prepare`` may change the workers (their URLs: a proxy) before they are launched.
+    """
     began = time.monotonic()
     run = CellRun(plan, server, workdir)
     await asyncio.to_thread(_create_database, server, run.database)
+    if prepare is not None:
+        prepare(run)
     try:
         for worker in run.workers:
             worker.launch()
@@ -313,6 +335,7 @@ async def run_cell(
             run.figures.extra["re_executed_not_in_flight_detail"] = details
         run.figures.extra["worker_logs"] = [str(w.log_file) for w in run.workers]
         run.figures.extra["worker_log_lines"] = _log_levels(run.workers)
+        _limits_and_words(run)
         bounds = {f"recovery_{i}": b for i, b in enumerate(plan.recovery_bounds(run.figures.faults))}
         bounds |= {f"rescue_{t}": plan.rescue_bound(t) for t in plan.knobs.types}
         run.figures.bounds = bounds

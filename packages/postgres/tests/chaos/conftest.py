@@ -172,8 +172,20 @@ COLUMNS = [
     ("backlog drained (max s)", "max_backlog_drained_after"),
     ("killed jobs run again (max s)", "max_rescue_started_after"),
     ("slowest worker resumed (max s)", "max_slowest_worker_resumed_after"),
+    ("stale starts", "extra.stale_starts"),
+    ("limited at once", "extra.limited_at_once_max"),
+    ("presumed dead", "extra.presumed_dead_warnings"),
     ("wall s", "wall_seconds"),
 ]
+"""The terminal table: header, and the key in a cell's figures (``extra.`` for its extras)."""
+
+
+def _cell_value(cell: dict[str, Any], key: str) -> object:
+    if key == "faults":
+        return len(cell["faults"])
+    if key.startswith("extra."):
+        return cell.get("extra", {}).get(key.removeprefix("extra."))
+    return cell.get(key)
 
 
 def pytest_terminal_summary(terminalreporter: Any, config: pytest.Config) -> None:
@@ -182,7 +194,7 @@ def pytest_terminal_summary(terminalreporter: Any, config: pytest.Config) -> Non
         return
     rows = [[h for h, _ in COLUMNS]]
     for cell in results:
-        rows.append([_fmt(len(cell["faults"]) if key == "faults" else cell.get(key)) for _, key in COLUMNS])
+        rows.append([_fmt(_cell_value(cell, key)) for _, key in COLUMNS])
     widths = [max(len(r[i]) for r in rows) for i in range(len(COLUMNS))]
     terminalreporter.write_sep("=", f"chaos figures ({MODE}) -> {results_path()}")
     for row in rows:

@@ -53,6 +53,11 @@ class Knobs:
     """Heartbeat interval (library default: 2 s): ``--heartbeat-interval``."""
     types: tuple[str, ...] = (chaos_app.TYPE_NAME,)
     """The job types the producer starts, in turn."""
+    limit: int = 2
+    """``max_running`` of ``chaos.limited``."""
+    steps: int = 10
+    step: float = 0.1
+    """``chaos.limited``'s handler works in ``steps`` steps of ``step`` seconds."""
 
     def env(self, exec_log: Path) -> dict[str, str]:
         """The chaos app's environment (an empty value means the library default)."""
@@ -62,6 +67,10 @@ class Knobs:
             "CHAOS_WORK_SECONDS": str(self.work),
             "CHAOS_RETRY_SECONDS": _opt(self.retry),
             "CHAOS_EXEC_LOG": str(exec_log),
+            "CHAOS_STEP_LOG": str(exec_log.with_name("steps.log")),
+            "CHAOS_LIMIT": str(self.limit),
+            "CHAOS_STEPS": str(self.steps),
+            "CHAOS_STEP_SECONDS": str(self.step),
         }
 
     def cli_options(self) -> list[str]:
@@ -73,6 +82,8 @@ class Knobs:
             options += ["--poll-interval", str(self.poll_interval)]
         if self.heartbeat is not None:
             options += ["--heartbeat-interval", str(self.heartbeat)]
+        # A cell being looked into can ask for DEBUG lines: JOBCHAIN_CHAOS_LOG_LEVEL=DEBUG.
+        options += ["--log-level", os.environ.get("JOBCHAIN_CHAOS_LOG_LEVEL", "INFO")]
         return options
 
 
@@ -146,10 +157,21 @@ class WorkerProcess:
         self.process.wait(timeout=30)
         return pid
 
+    def pause(self) -> None:
+        """SIGSTOP: the process freezes where it is (a GC pause, a VM stall), sockets open."""
+        assert self.process is not None
+        self.process.send_signal(signal.SIGSTOP)
+
+    def resume(self) -> None:
+        """SIGCONT: the frozen process runs on from where it was."""
+        assert self.process is not None
+        self.process.send_signal(signal.SIGCONT)
+
     def stop(self) -> None:
         """SIGTERM and wait (a clean shutdown), SIGKILL if it does not end in 30 s."""
         if self.process is None or self.process.poll() is not None:
             return
+        self.process.send_signal(signal.SIGCONT)  # a cell that failed mid-stall left it frozen
         self.process.send_signal(signal.SIGTERM)
         try:
             self.process.wait(timeout=30)

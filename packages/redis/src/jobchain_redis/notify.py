@@ -20,6 +20,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import socket
 from collections.abc import Sequence
 from datetime import timedelta
 from typing import Final
@@ -38,6 +39,17 @@ from jobchain.url import BackendURL
 from jobchain_redis._subscriber import BROKER_ERRORS, Subscriber
 from jobchain_redis.options import RedisNotifyOptions, check_payload, parse_url
 from jobchain_redis.scripts import WAKE_HINT_CONSUME, WAKE_HINT_PROVIDE, load_script
+
+KEEPALIVE_OPTIONS: Final = {
+    socket.TCP_KEEPIDLE: 10,
+    socket.TCP_KEEPINTVL: 5,
+    socket.TCP_KEEPCNT: 3,
+    socket.TCP_USER_TIMEOUT: 30_000,
+}
+"""TCP options of both connections, the bounds jobchain sets on PostgreSQL's too: an idle peer is
+probed after 10 s of silence and given up after three unanswered probes 5 s apart (a subscription
+waiting on a Redis that went silent notices within about 25 s, instead of the kernel's two
+hours), and data Redis does not acknowledge for 30 s fails the call."""
 
 MAX_CONNECT_RETRY_DELAY: Final = 10.0
 """Seconds: the doubling delay between connect attempts stops growing here."""
@@ -126,6 +138,7 @@ class RedisNotifyAdapter:
             socket_connect_timeout=connect_timeout,
             socket_timeout=command_timeout,
             socket_keepalive=True,
+            socket_keepalive_options=KEEPALIVE_OPTIONS,
         )
         subscriptions = Redis.from_url(
             text,
@@ -134,6 +147,7 @@ class RedisNotifyAdapter:
             socket_connect_timeout=connect_timeout,
             socket_timeout=command_timeout,
             socket_keepalive=True,
+            socket_keepalive_options=KEEPALIVE_OPTIONS,
         )
         adapter = cls(commands, subscriptions, options=opts, endpoint=_endpoint(driver_url))
         try:
