@@ -41,7 +41,7 @@ from hypothesis import Phase, settings
 
 from jobchain_conformance import NotifyAdapterSuite, StateAdapterSuite
 from jobchain_conformance.model import MODEL_SETTINGS
-from jobchain_conformance.suites import state_rescue, state_workers
+from jobchain_conformance.suites import state_acquire, state_rescue, state_workers
 from jobchain_conformance.suites._base import StateSuiteBase
 
 
@@ -219,6 +219,28 @@ class UnrecordedReapTx(WrappedTx):
             _workers.rescued = REAL_RESCUED
 
 
+class ReleasesAtTheMomentTx(WrappedTx):
+    """Bug: a worker counts as lapsed once its alive_until is reached, not passed (<= for <):
+    its jobs are handed on while its own liveness deadline may not have passed."""
+
+    async def worker_heartbeat(self, params):
+        _workers.lapsed = lambda row, now: row.state in _workers.ALIVE_STATES and row.alive_until <= now
+        try:
+            return await self._inner.worker_heartbeat(params)
+        finally:
+            _workers.lapsed = REAL_LAPSED
+
+
+class ReapsEarlyTx(WrappedTx):
+    """Bug: the reaper judges leases half a second ahead of its now (a clock running ahead, a
+    rounded-down leased_until): a lease is reaped before it ends."""
+
+    async def jobs_reap_expired(self, params):
+        if params.now is not None:
+            params = dataclasses.replace(params, now=params.now + timedelta(milliseconds=500))
+        return await self._inner.jobs_reap_expired(params)
+
+
 class IgnoresTypeLeasesTx(WrappedTx):
     """Bug (k): a claim gives every type lease_for, ignoring type_leases."""
 
@@ -354,11 +376,14 @@ def state_suite(tx_class):
     return Suite
 
 
-WORKER_SUITES = tuple(
-    getattr(module, name)
-    for module in (state_workers, state_rescue)
-    for name in dir(module)
-    if name.endswith("Tests") and isinstance(getattr(module, name), type)
+WORKER_SUITES = (
+    *(
+        getattr(module, name)
+        for module in (state_workers, state_rescue)
+        for name in dir(module)
+        if name.endswith("Tests") and isinstance(getattr(module, name), type)
+    ),
+    state_acquire.JobsReapExpiredTests,
 )
 
 
@@ -397,6 +422,8 @@ TestNeverWasDead = worker_suite(NeverWasDeadTx)
 TestNoPrune = worker_suite(NoPruneTx)
 TestReapsHeldJobs = worker_suite(ReapsHeldJobsTx)
 TestReleasesHeldJobs = worker_suite(ReleasesHeldJobsTx)
+TestReleasesAtTheMoment = worker_suite(ReleasesAtTheMomentTx)
+TestReapsEarly = worker_suite(ReapsEarlyTx)
 
 
 class OnOneHub:
@@ -447,6 +474,12 @@ MUST_FAIL = {
         "test_second_start_creates_its_own_chain_when_the_first_rolls_back",
         "test_second_start_of_a_key_whose_earlier_chain_completed_waits_too",
         "test_batches_sharing_keys_in_another_order_collapse_without_deadlock",
+    ],
+    "TestReleasesAtTheMoment": [
+        "test_a_worker_is_not_marked_dead_before_its_alive_until_has_passed",
+    ],
+    "TestReapsEarly": [
+        "test_a_lease_is_not_reaped_before_it_has_passed",
     ],
     "TestReleasesLiveWorkers": [
         "test_a_live_worker_is_never_marked_dead",

@@ -240,6 +240,18 @@ class JobsReapExpiredTests:
         assert await reap(state_adapter, now=now + LEASE - timedelta(seconds=1), limit=5) == []
         assert await get_job(state_adapter, job.id) == running
 
+    async def test_a_lease_is_not_reaped_before_it_has_passed(
+        self, state_adapter: StateAdapter, now: datetime
+    ) -> None:
+        """Not a moment early: the worker's own deadline relies on it (issue 35)."""
+        job = await start(state_adapter, now=now)
+        running = await acquire_job(state_adapter, job, now=now)
+        assert running.leased_until == now + LEASE
+        assert await reap(state_adapter, now=now + LEASE, limit=5) == []
+        assert await get_job(state_adapter, job.id) == running
+        (reaped,) = await reap(state_adapter, now=now + LEASE + state_adapter.time_precision, limit=5)
+        assert reaped.id == job.id
+
     async def test_reap_takes_only_expired_leases(self, state_adapter: StateAdapter, now: datetime) -> None:
         expired = await acquire_job(state_adapter, await start(state_adapter, now=now), now=now)
         fresh_at = now + timedelta(minutes=1)

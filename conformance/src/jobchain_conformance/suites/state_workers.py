@@ -257,6 +257,17 @@ class WorkerDeathTests:
         assert await state_of(state_adapter, A, now=at) is WorkerState.RUNNING
         assert (await heartbeat(state_adapter, beat(A, now=at))).was_dead is False
 
+    async def test_a_worker_is_not_marked_dead_before_its_alive_until_has_passed(
+        self, state_adapter: StateAdapter, now: datetime
+    ) -> None:
+        """Not a moment early: the worker's own liveness deadline relies on it (issue 35)."""
+        await heartbeat(state_adapter, beat(A, now=now))
+        result = await heartbeat(state_adapter, beat(C, now=now + ALIVE, release_dead=True))
+        assert result.dead_worker_ids == []
+        assert await state_of(state_adapter, A, now=now + ALIVE) is WorkerState.RUNNING
+        after = now + ALIVE + state_adapter.time_precision
+        assert (await heartbeat(state_adapter, beat(C, now=after, release_dead=True))).dead_worker_ids == [A]
+
     async def test_a_worker_already_marked_dead_is_not_reported_again(
         self, state_adapter: StateAdapter, now: datetime
     ) -> None:
