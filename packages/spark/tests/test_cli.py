@@ -18,6 +18,7 @@ import sys
 import traceback
 from collections.abc import Iterator
 from contextlib import contextmanager
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
@@ -167,3 +168,72 @@ def test_the_session_helper_points_unset_python_variables_at_this_interpreter(
     assert use_this_python() == {"PYSPARK_PYTHON": sys.executable}
     assert os.environ["PYSPARK_PYTHON"] == sys.executable
     assert os.environ["PYSPARK_DRIVER_PYTHON"] == "/opt/custom/python"
+
+
+# ---------------------------------------------------------------- archive: --statuses, --dry-run
+
+
+async def _seed_done_and_dead(url: str) -> dict[str, str]:
+    """A chain completed on day 0 and a dead letter (a chain failed for good on day 1)."""
+    state = await open_state(url)
+    try:
+        [done] = await sparkkit.create(state, "resize", 1, sparkkit.T0)
+        await sparkkit.run(state, done, started=sparkkit.T0, finished=sparkkit.T0 + timedelta(minutes=1))
+        [dead] = await sparkkit.create(state, "resize", 1, sparkkit.T0 + timedelta(days=1))
+        await sparkkit.fail(state, dead, at=sparkkit.T0 + timedelta(days=1, minutes=5), error="card expired")
+    finally:
+        await state.close()
+    return {"done": done.id, "dead": dead.id}
+
+
+def test_archive_rejects_a_bad_status_in_one_line_and_changes_nothing(
+    sqlite_url: str, tmp_path: Path
+) -> None:
+    ids = asyncio.run(_seed_done_and_dead(sqlite_url))
+    root = tmp_path / "archive"
+    args = ("archive", "--url", sqlite_url, "--older-than", "1d", "--to", str(root))
+    plain = _run(*args, "--statuses", "completed,faild", cwd=tmp_path)
+    assert plain.returncode == 2, plain.stderr[-2000:]
+    assert plain.stderr.strip().splitlines() == _error_lines(plain.stderr)
+    [line] = _error_lines(plain.stderr)
+    assert "option 'statuses': unknown status 'faild'; choose from completed, cancelled, failed" in line
+    live = _run(*args, "--statuses", "running", cwd=tmp_path)
+    assert live.returncode == 2
+    [line] = _error_lines(live.stderr)
+    assert "'running' chains are live work and are never archived" in line
+    assert not root.exists()
+    assert asyncio.run(sparkkit.chain_ids(sqlite_url)) == set(ids.values())
+
+
+@pytest.mark.spark
+@pytest.mark.timeout(900)
+def test_archive_dry_run_says_what_would_go_and_the_default_keeps_dead_letters(
+    spark: Any, sqlite_url: str, tmp_path: Path
+) -> None:
+    ids = asyncio.run(_seed_done_and_dead(sqlite_url))
+    root = tmp_path / "archive"
+    args = ["archive", "--url", sqlite_url, "--older-than", "1d", "--to", str(root)]
+    day0 = "2024-03-01 00:01:00 UTC"
+    # In this process, on the tests' session (see --debug above): three runs, one JVM.
+    with _session_conf_kept(spark):
+        try:
+            dry = CliRunner().invoke(main, [*args, "--dry-run"])
+            assert dry.exit_code == 0, dry.output
+            assert "failed chains stay: add failed to --statuses" in dry.output
+            assert f"would archive 1 chains (completed 1) finished {day0} to {day0}, 1 jobs" in dry.output
+            assert "nothing was written or deleted" in dry.output
+            every = CliRunner().invoke(main, [*args, "--dry-run", "--statuses", "completed,cancelled,failed"])
+            assert every.exit_code == 0, every.output
+            assert (
+                "would archive 2 chains (completed 1, failed 1) finished 2024-03-01 00:01:00 UTC"
+                in every.output
+            )
+            assert not root.exists()
+            assert asyncio.run(sparkkit.chain_ids(sqlite_url)) == set(ids.values())
+
+            real = CliRunner().invoke(main, args)
+            assert real.exit_code == 0, real.output
+            assert "archived 1 chains (completed 1)" in real.output
+            assert asyncio.run(sparkkit.chain_ids(sqlite_url)) == {ids["dead"]}
+        finally:
+            spark.sparkContext.setLogLevel("ERROR")

@@ -1,16 +1,19 @@
 """Archive: copy finished chains to Parquet, verify the copy, then delete them from the hot tables.
 
-A chain is finished when its last job is ``completed``, ``failed`` or ``cancelled``; it is
-archived once it finished (``finished_at``: its last job's ``completed_at``, ``failed_at`` or
-``cancelled_at``) before the cutoff, whatever that status. Chains still blocked, pending or
-running are never archived.
+A chain is finished when its last job is ``completed``, ``failed`` or ``cancelled``. A run
+archives the finished chains whose status is one of ``statuses`` (default ``completed`` and
+``cancelled``) and that finished (``finished_at``: the last job's ``completed_at``,
+``failed_at`` or ``cancelled_at``) before the cutoff. Failed chains are dead letters, work
+still to be redriven or deleted, so they are archived only when ``failed`` is named. Chains
+still blocked, pending or running are never archived. ``dry_run=True`` plans and counts
+without writing or deleting anything.
 
 One run, in order (each step is safe to crash in; the next run finishes the job):
 
 1. Leftovers: files of runs still ``writing`` are removed with their manifest (they were
    never verified, so nothing was deleted for them). Runs ``verified`` but not ``deleted``
    get their deletions finished first.
-2. Plan: finished chains that finished before the cutoff, minus chains already
+2. Plan: chains of the chosen statuses that finished before the cutoff, minus chains already
    in the archive, minus chains that still block a job outside the set (repeated until
    stable), so every deletion can go through the normal path without cascading.
 3. Write chains, jobs and blocker rows, partitioned by the date the chain finished (the
@@ -30,12 +33,12 @@ files are removed before planning).
 from __future__ import annotations
 
 import uuid
-from collections.abc import Callable
-from dataclasses import dataclass, replace
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Final
 
-from jobchain.entities import TERMINAL_STATUSES
+from jobchain.entities import TERMINAL_STATUSES, JobStatus
 from jobchain_spark.archive_delete import delete_chains_in_batches
 from jobchain_spark.archive_store import TABLES, ArchiveStore, Manifest
 from jobchain_spark.dialects import check_url
@@ -52,6 +55,11 @@ PARTITION_COLUMNS: Final = ["completed_date", "chain_type", "run_id"]
 MAX_PLAN_ROUNDS: Final = 50
 FINISHED_STATUSES: Final = tuple(sorted(s.value for s in TERMINAL_STATUSES))
 """A chain whose last job has one of these statuses is finished: it can be archived."""
+ARCHIVABLE_STATUSES: Final = ("completed", "cancelled", "failed")
+"""The statuses ``archive`` can take, in the order results name them."""
+DEFAULT_STATUSES: Final = ("completed", "cancelled")
+"""What ``archive`` takes unless told: failed chains (dead letters) stay until named."""
+_EPOCH: Final = datetime(1970, 1, 1, tzinfo=UTC)
 
 Progress = Callable[[str, int, int], None]
 """``progress(stage, done, total)``: called as deletion batches commit (the CLI draws a bar)."""
@@ -59,7 +67,16 @@ Progress = Callable[[str, int, int], None]
 
 @dataclass(frozen=True, slots=True)
 class ArchiveResult:
-    """What a run archived and deleted (``resumed``: earlier runs whose deletions it finished)."""
+    """What a run archived and deleted, or with ``dry_run`` what it would.
+
+    ``chains``, ``jobs`` and ``blockers``: rows archived (would be); ``by_status``: the
+    archived chains per status; ``finished_from`` / ``finished_to``: when the first and the
+    last of them finished (None when there are none); ``statuses``: the statuses the run took.
+    ``deleted``: chains deleted from the hot tables, ``retained``: archived chains kept there
+    because they still block a live job (both 0 in a dry run). ``resumed``: earlier verified
+    runs whose deletions it finished (would finish); ``pending_deletions``: in a dry run, how
+    many of their chains are still in the hot tables and would be deleted.
+    """
 
     run_id: str | None
     cutoff: datetime
@@ -69,6 +86,12 @@ class ArchiveResult:
     deleted: int
     retained: int
     resumed: tuple[str, ...] = ()
+    statuses: tuple[str, ...] = DEFAULT_STATUSES
+    by_status: Mapping[str, int] = field(default_factory=dict)
+    finished_from: datetime | None = None
+    finished_to: datetime | None = None
+    dry_run: bool = False
+    pending_deletions: int = 0
 
 
 def archive_schema(table: str) -> str:
@@ -106,6 +129,38 @@ def resolve_cutoff(older_than: timedelta | None, cutoff: datetime | None, now: d
     return resolved
 
 
+def resolve_statuses(statuses: str | Iterable[str | JobStatus]) -> tuple[str, ...]:
+    """``statuses`` (names, or one comma-separated string such as ``"completed,failed"``) as
+    a tuple in ARCHIVABLE_STATUSES order; SparkOptionError says what to change otherwise."""
+    choices = ", ".join(ARCHIVABLE_STATUSES)
+    if isinstance(statuses, str):
+        names = statuses.split(",")
+    elif isinstance(statuses, Iterable):
+        names = [str(name) for name in statuses]
+    else:
+        raise SparkOptionError(
+            "statuses", f"expected status names such as 'completed,cancelled', got {statuses!r}"
+        )
+    chosen = {name.strip().lower() for name in names} - {""}
+    if not chosen:
+        raise SparkOptionError(
+            "statuses", f"name at least one of {choices} (default: {','.join(DEFAULT_STATUSES)})"
+        )
+    for name in sorted(chosen):
+        if name in {s.value for s in JobStatus} and name not in ARCHIVABLE_STATUSES:
+            raise SparkOptionError(
+                "statuses",
+                f"{name!r} chains are live work and are never archived; choose from {choices}",
+            )
+        if name not in ARCHIVABLE_STATUSES:
+            raise SparkOptionError(
+                "statuses",
+                f"unknown status {name!r}; choose from {choices} "
+                "(failed chains are dead letters: name failed to archive them too)",
+            )
+    return tuple(s for s in ARCHIVABLE_STATUSES if s in chosen)
+
+
 def archive(
     spark: SparkSession,
     *,
@@ -113,25 +168,36 @@ def archive(
     to: str,
     older_than: timedelta | None = None,
     cutoff: datetime | None = None,
+    statuses: str | Iterable[str | JobStatus] = DEFAULT_STATUSES,
+    dry_run: bool = False,
     batch_size: int = 500,
     partitions: int = 4,
     now: datetime | None = None,
     progress: Progress | None = None,
     faults: Faults | None = None,
 ) -> ArchiveResult:
-    """Archive chains finished (completed, failed or cancelled) before the cutoff to Parquet at
-    ``to``, then delete them.
+    """Archive chains of ``statuses`` (default completed and cancelled) that finished before
+    the cutoff to Parquet at ``to``, then delete them from the hot tables.
 
-    Raises (before writing anything) SparkOptionError, BackendNotInstalledError,
-    ArchivePathError (``to`` not writable), FutureCutoffError; ArchiveVerificationError if
-    the files read back differ from the plan (nothing is deleted then).
+    Failed chains (dead letters) are archived only when ``statuses`` names ``failed``
+    (``statuses=("completed", "cancelled", "failed")``). ``dry_run=True`` plans the run and
+    returns what it would archive (counts per status, the time range) and which earlier
+    runs' deletions it would finish, writing and deleting nothing (``to`` is not even created).
+
+    Raises (before writing anything) SparkOptionError (a bad ``statuses``, ``batch_size``…),
+    BackendNotInstalledError, ArchivePathError (``to`` not writable), FutureCutoffError;
+    ArchiveVerificationError if the files read back differ from the plan (nothing is deleted
+    then).
     """
     check_url(url)
     when = now or datetime.now(UTC)
     limit = resolve_cutoff(older_than, cutoff, when)
+    chosen = resolve_statuses(statuses)
     if not isinstance(batch_size, int) or not 1 <= batch_size <= 500:
         raise SparkOptionError("batch_size", f"must be an integer from 1 to 500, got {batch_size!r}")
     store = ArchiveStore(spark, to)
+    if dry_run:
+        return _dry_run(spark, store, url, limit, chosen, partitions)
     store.check_writable()
 
     resumed: list[str] = []
@@ -145,9 +211,10 @@ def archive(
             deleted, retained, resumed = deleted + done, retained + kept, [*resumed, manifest.run_id]
 
     run_id = f"{when.strftime('%Y%m%dT%H%M%SZ')}-{uuid.uuid4().hex[:8]}"
-    planned = _plan(spark, store, url, limit, partitions)
+    planned = _plan(spark, store, url, limit, chosen, partitions)
     if planned.isEmpty():
-        return ArchiveResult(None, limit, 0, 0, 0, deleted, retained, tuple(resumed))
+        return ArchiveResult(None, limit, 0, 0, 0, deleted, retained, tuple(resumed), chosen)
+    by_status, first, last = _summary(planned)
     manifest = Manifest(run_id=run_id, state="writing", cutoff=limit.isoformat())
     store.save(manifest)
     frames = _snapshot(spark, url, planned, run_id, partitions)
@@ -176,17 +243,95 @@ def archive(
         deleted + done,
         retained + kept,
         tuple(resumed),
+        chosen,
+        by_status,
+        first,
+        last,
     )
 
 
-def _plan(spark: SparkSession, store: ArchiveStore, url: str, limit: datetime, partitions: int) -> DataFrame:
-    """Chain ids to archive: finished before ``limit``, not archived yet, not pinned as a blocker."""
+def _dry_run(
+    spark: SparkSession,
+    store: ArchiveStore,
+    url: str,
+    limit: datetime,
+    statuses: tuple[str, ...],
+    partitions: int,
+) -> ArchiveResult:
+    """What a run would do now, read-only: the earlier runs it would finish, then its plan.
+
+    The plan is made before those runs' deletions, as if they were kept: a chain pinned only
+    by a chain they would delete is counted by the next dry run, after they are done."""
+    from pyspark.sql import functions as sf
+
+    resumable = [m.run_id for m in store.manifests() if m.state == "verified"]
+    pending = sum(len(_hot_ids(spark, store, url, run_id)) for run_id in resumable)
+    planned = _plan(spark, store, url, limit, statuses, partitions)
+    by_status, first, last = _summary(planned)
+    ids = planned.select(sf.col("id").alias("chain_id"))
+    jobs = blockers = 0
+    if by_status:
+        job_rows = read_table(spark, url, "jobs", partitioning="id", partitions=partitions)
+        jobs = job_rows.join(ids, "chain_id", "left_semi").count()
+        edges = read_table(spark, url, "blockers", partitioning="id", partitions=partitions)
+        blockers = edges.join(ids, "chain_id", "left_semi").count()
+    return ArchiveResult(
+        None,
+        limit,
+        sum(by_status.values()),
+        jobs,
+        blockers,
+        0,
+        0,
+        tuple(resumable),
+        statuses,
+        by_status,
+        first,
+        last,
+        dry_run=True,
+        pending_deletions=pending,
+    )
+
+
+def _summary(planned: DataFrame) -> tuple[dict[str, int], datetime | None, datetime | None]:
+    """The planned chains per status (in ARCHIVABLE_STATUSES order) and when the first and the
+    last of them finished, in UTC (one small Spark job)."""
+    from pyspark.sql import functions as sf
+
+    rows = (
+        planned.groupBy("status")
+        .agg(
+            sf.count("*").alias("chains"),
+            sf.min(sf.unix_micros("finished_at")).alias("first"),
+            sf.max(sf.unix_micros("finished_at")).alias("last"),
+        )
+        .collect()
+    )
+    counts = {r["status"]: int(r["chains"]) for r in rows}
+    by_status = {s: counts[s] for s in ARCHIVABLE_STATUSES if s in counts}
+    if not rows:
+        return by_status, None, None
+    first = _EPOCH + timedelta(microseconds=min(int(r["first"]) for r in rows))
+    last = _EPOCH + timedelta(microseconds=max(int(r["last"]) for r in rows))
+    return by_status, first, last
+
+
+def _plan(
+    spark: SparkSession,
+    store: ArchiveStore,
+    url: str,
+    limit: datetime,
+    statuses: tuple[str, ...],
+    partitions: int,
+) -> DataFrame:
+    """Chains to archive (id, status, finished_at): of ``statuses``, finished before ``limit``,
+    not archived yet, not pinned as a blocker of a chain left out."""
     from pyspark.sql import functions as sf
 
     chains = read_table(spark, url, "chains", partitioning="id", partitions=partitions)
-    finished = sf.col("status").isin(*FINISHED_STATUSES)
-    candidates = chains.where(finished & (sf.col("finished_at") < sf.lit(limit)))
-    candidates = candidates.select("id")
+    chosen = sf.col("status").isin(*[s for s in statuses if s in FINISHED_STATUSES])
+    candidates = chains.where(chosen & (sf.col("finished_at") < sf.lit(limit)))
+    candidates = candidates.select("id", "status", "finished_at")
     archived = read_archive(spark, store.root, "chains")
     if archived is not None:
         candidates = candidates.join(archived.select("id"), "id", "left_anti")
@@ -267,10 +412,7 @@ def _delete_run(
     """Delete a verified run's chains still in the hot tables; mark the run deleted when none remain."""
     from pyspark.sql import functions as sf
 
-    archived = spark.read.schema(archive_schema("chains")).parquet(store.table_path("chains"))
-    archived = archived.where(sf.col("run_id") == manifest.run_id).select("id")
-    hot = read_table(spark, url, "chains", partitioning="id").select("id")
-    ids = sorted(r["id"] for r in archived.join(hot, "id", "left_semi").collect())
+    ids = _hot_ids(spark, store, url, manifest.run_id)
     # Chains that block other archived chains go last, after their dependants are gone.
     blockers: set[str] = set()
     if store.has_table("blockers"):
@@ -283,4 +425,23 @@ def _delete_run(
     return deleted, len(kept)
 
 
-__all__ = ["ArchiveResult", "archive", "archive_schema", "read_archive", "resolve_cutoff"]
+def _hot_ids(spark: SparkSession, store: ArchiveStore, url: str, run_id: str) -> list[str]:
+    """The ids of a run's archived chains still in the hot tables, sorted."""
+    from pyspark.sql import functions as sf
+
+    archived = spark.read.schema(archive_schema("chains")).parquet(store.table_path("chains"))
+    archived = archived.where(sf.col("run_id") == run_id).select("id")
+    hot = read_table(spark, url, "chains", partitioning="id").select("id")
+    return sorted(r["id"] for r in archived.join(hot, "id", "left_semi").collect())
+
+
+__all__ = [
+    "ARCHIVABLE_STATUSES",
+    "DEFAULT_STATUSES",
+    "ArchiveResult",
+    "archive",
+    "archive_schema",
+    "read_archive",
+    "resolve_cutoff",
+    "resolve_statuses",
+]

@@ -3,6 +3,7 @@
 ::
 
     jobchain-spark archive --url postgresql://app@db/app --older-than 30d --to s3a://bucket/jobchain
+    jobchain-spark archive --url … --older-than 30d --to … --statuses completed,cancelled,failed --dry-run
     jobchain-spark report --url sqlite:///jobchain.db --archive ./archive --out ./report --period day
 
 ``--master`` picks the Spark master (default ``local[*]``); on a cluster run it through
@@ -16,11 +17,13 @@ prints the full Python and Java trace instead.
 from __future__ import annotations
 
 import sys
+from datetime import datetime
 from typing import Any
 
 import click
 
 from jobchain.url import mask_url
+from jobchain_spark.archive import DEFAULT_STATUSES, ArchiveResult, archive, resolve_statuses
 from jobchain_spark.cli_errors import exit_code, one_line
 
 
@@ -68,21 +71,56 @@ def main(debug: bool) -> None:
     "--older-than",
     "older_than",
     required=True,
-    help="Archive chains finished (completed, failed or cancelled) longer ago, e.g. 30d.",
+    help="Archive chains that finished longer ago, e.g. 30d.",
 )
 @click.option("--to", "to", required=True, help="Archive root (a path or any Hadoop filesystem URI).")
+@click.option(
+    "--statuses",
+    default=",".join(DEFAULT_STATUSES),
+    show_default=True,
+    help="Chain statuses to archive, comma-separated: completed, cancelled, failed. Failed chains "
+    "(dead letters) stay in the queue unless named.",
+)
+@click.option(
+    "--dry-run",
+    "dry_run",
+    is_flag=True,
+    help="Say what would be archived (chains per status, time range) and deleted; change nothing.",
+)
 @click.option("--batch-size", default=500, show_default=True, help="Chains per deletion transaction.")
 @click.option("--master", default=None, help="Spark master, e.g. local[4] (default: the session's).")
-def archive_command(url: str, older_than: str, to: str, batch_size: int, master: str | None) -> None:
-    """Copy old finished chains to Parquet, verify the copy, then delete them from the hot tables."""
+def archive_command(
+    url: str, older_than: str, to: str, statuses: str, dry_run: bool, batch_size: int, master: str | None
+) -> None:
+    """Copy old finished chains to Parquet, verify the copy, then delete them from the hot tables.
+
+    Completed and cancelled chains by default; failed chains (dead letters) only with
+    --statuses completed,cancelled,failed. --dry-run writes and deletes nothing.
+    """
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-    from jobchain_spark.archive import archive
     from jobchain_spark.durations import parse_duration
 
     age = parse_duration("older-than", older_than)
+    chosen = resolve_statuses(statuses)
     _check_url(url)
     spark = _session(master)
+    what = f"{', '.join(chosen)} chains finished more than {older_than} ago"
+    kept = "" if "failed" in chosen else " (failed chains stay: add failed to --statuses to archive them)"
+    if dry_run:
+        click.echo(f"dry run (nothing is written or deleted): {what}, from {mask_url(url)} to {to}{kept}")
+        plan = archive(
+            spark, url=url, to=to, older_than=age, statuses=chosen, batch_size=batch_size, dry_run=True
+        )
+        if plan.resumed:
+            click.echo(
+                f"would first finish earlier run(s) {', '.join(plan.resumed)}: "
+                f"delete {plan.pending_deletions} chains already archived"
+            )
+        click.echo(f"would archive {_archived(plan)}")
+        click.echo("nothing was written or deleted")
+        return
+
     with Progress(
         TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn()
     ) as bar:
@@ -91,14 +129,31 @@ def archive_command(url: str, older_than: str, to: str, batch_size: int, master:
         def progress(stage: str, done: int, total: int) -> None:
             bar.update(task, completed=done, total=total)
 
-        click.echo(f"archiving chains finished more than {older_than} ago from {mask_url(url)} to {to}")
-        result = archive(spark, url=url, to=to, older_than=age, batch_size=batch_size, progress=progress)
+        click.echo(f"archiving {what} from {mask_url(url)} to {to}{kept}")
+        result = archive(
+            spark, url=url, to=to, older_than=age, statuses=chosen, batch_size=batch_size, progress=progress
+        )
     if result.resumed:
         click.echo(f"finished earlier run(s): {', '.join(result.resumed)}")
     click.echo(
-        f"run {result.run_id or '(nothing new)'}: archived {result.chains} chains, {result.jobs} jobs, "
-        f"{result.blockers} blocker rows; deleted {result.deleted}; kept {result.retained} still referenced"
+        f"run {result.run_id or '(nothing new)'}: archived {_archived(result)}; "
+        f"deleted {result.deleted}; kept {result.retained} still referenced"
     )
+
+
+def _archived(result: ArchiveResult) -> str:
+    """``N chains (completed 1, …) finished FROM to TO, N jobs, N blocker rows``."""
+    if not result.chains:
+        return "0 chains"
+    per_status = ", ".join(f"{status} {count}" for status, count in result.by_status.items())
+    return (
+        f"{result.chains} chains ({per_status}) finished {_utc(result.finished_from)} to "
+        f"{_utc(result.finished_to)}, {result.jobs} jobs, {result.blockers} blocker rows"
+    )
+
+
+def _utc(moment: datetime | None) -> str:
+    return "?" if moment is None else f"{moment:%Y-%m-%d %H:%M:%S} UTC"
 
 
 @main.command("report")
