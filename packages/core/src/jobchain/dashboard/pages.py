@@ -10,10 +10,12 @@ from starlette.exceptions import HTTPException
 from starlette.requests import Request
 from starlette.responses import Response
 
+from jobchain.client import Client
 from jobchain.contracts.state import MAX_PAGE_SIZE
 from jobchain.dashboard.charts import blocker_graph, throughput_chart
 from jobchain.dashboard.context import client_of, render
-from jobchain.entities import Chain, JobStatus, WorkerState, utcnow, validate_id
+from jobchain.dashboard.error_groups import SHOWN_GROUPS, ErrorGroup, group_errors
+from jobchain.entities import Chain, Job, JobStatus, WorkerState, utcnow, validate_id
 from jobchain.errors import InvalidArgumentError, InvalidJobIdError, JobchainError
 from jobchain.job_types import validate_type_name
 
@@ -40,6 +42,9 @@ STALE_AFTER: Final = timedelta(days=1)
 """A schedule no worker registered for this long is marked stale (as ``jobchain schedules``)."""
 MAX_CHAIN_BLOCKER_READS: Final = 50
 """A chain page reads the blockers of at most this many of its jobs (one read each)."""
+GROUPED_JOBS: Final = 2 * MAX_PAGE_SIZE
+"""The failed-jobs page groups the last errors of at most this many failed jobs (the newest)
+matching its filters, in two reads."""
 
 
 def notice(request: Request) -> str | None:
@@ -200,6 +205,8 @@ async def jobs(request: Request) -> Response:
     next_cursor = None
     status_code = 200
     status = "failed"
+    groups: list[ErrorGroup] = []
+    grouped, more = 0, False
     try:
         status = parse_status(filters["status"], "failed") or "failed"
         filters["status"] = status
@@ -211,6 +218,8 @@ async def jobs(request: Request) -> Response:
             limit=_page_size(request),
         )
         items, next_cursor = page.items, page.next_cursor
+        if status == "failed":
+            groups, grouped, more = await _error_groups(client, filters)
     except InvalidArgumentError as exc:
         error, status_code = str(exc), 400
     return render(
@@ -219,6 +228,10 @@ async def jobs(request: Request) -> Response:
         {
             "page": "jobs",
             "jobs": items,
+            "groups": groups[:SHOWN_GROUPS],
+            "hidden_groups": max(len(groups) - SHOWN_GROUPS, 0),
+            "grouped": grouped,
+            "grouped_more": more,
             "status": status,
             "filters": filters,
             "next_cursor": next_cursor,
@@ -230,6 +243,26 @@ async def jobs(request: Request) -> Response:
         },
         status_code,
     )
+
+
+async def _error_groups(client: Client, filters: dict[str, str]) -> tuple[list[ErrorGroup], int, bool]:
+    """Error groups of the newest :data:`GROUPED_JOBS` failed jobs matching ``filters``: the
+    groups, how many jobs were read, and whether more jobs match than were read."""
+    read: list[Job] = []
+    cursor: str | None = None
+    while len(read) < GROUPED_JOBS:
+        page = await client.list_jobs(
+            statuses=["failed"],
+            type_names=[filters["type"].strip()] if filters["type"].strip() else [],
+            error_types=[filters["error_type"].strip()] if filters["error_type"].strip() else [],
+            cursor=cursor,
+            limit=min(MAX_PAGE_SIZE, GROUPED_JOBS - len(read)),
+        )
+        read.extend(page.items)
+        cursor = page.next_cursor
+        if cursor is None:
+            break
+    return group_errors(read), len(read), cursor is not None
 
 
 # ---------------------------------------------------------------- workers
