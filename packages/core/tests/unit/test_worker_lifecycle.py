@@ -267,8 +267,7 @@ def test_attempt_errors_carry_type_message_and_traceback() -> None:
 
 async def test_a_deadline_fires_the_signal_then_cancels() -> None:
     signal = AbortSignal()
-    expired: list[bool] = []
-    deadline = Deadline("j", timedelta(seconds=0.01), signal, lambda: expired.append(True))
+    deadline = Deadline("j", timedelta(seconds=0.01), signal)
     cancelled = asyncio.Event()
 
     async def stuck() -> None:
@@ -279,9 +278,9 @@ async def test_a_deadline_fires_the_signal_then_cancels() -> None:
             raise
 
     with pytest.raises(JobTimeoutError):
-        await deadline.run(stuck(), lambda: True)
+        await deadline.run(deadline.timed(stuck()), lambda: True)
     assert signal.reason is AbortReason.TIMEOUT
-    assert expired == [True]
+    assert (deadline.fired, deadline.failed) == (True, True)
     assert cancelled.is_set()
 
 
@@ -292,9 +291,9 @@ async def test_work_finished_in_time_is_untouched() -> None:
     async def quick() -> None:
         return None
 
-    await deadline.run(quick(), lambda: True)
+    await deadline.run(deadline.timed(quick()), lambda: True)
     assert not signal.aborted
-    assert not deadline.fired
+    assert (deadline.fired, deadline.failed) == (False, False)
 
 
 async def test_cancelling_the_attempt_is_not_a_timeout() -> None:
@@ -305,7 +304,7 @@ async def test_cancelling_the_attempt_is_not_a_timeout() -> None:
         started.set()
         await asyncio.sleep(BOUND)
 
-    task = asyncio.ensure_future(deadline.run(waits(), lambda: True))
+    task = asyncio.ensure_future(deadline.run(deadline.timed(waits()), lambda: True))
     await started.wait()
     task.cancel()
     with pytest.raises(asyncio.CancelledError):
@@ -320,10 +319,11 @@ async def test_an_unfinished_return_after_the_deadline_is_a_timeout() -> None:
         await signal.wait()  # stops as asked, within the grace, but never completed
 
     with pytest.raises(JobTimeoutError):
-        await deadline.run(returns_on_signal(), lambda: True)
+        await deadline.run(deadline.timed(returns_on_signal()), lambda: True)
     finished = Deadline("k", timedelta(seconds=0.01), AbortSignal())
 
     async def completed_then_waited() -> None:
         await asyncio.sleep(0.05)
 
-    await finished.run(completed_then_waited(), lambda: False)  # committed before: kept
+    await finished.run(finished.timed(completed_then_waited()), lambda: False)  # committed before: kept
+    assert (finished.fired, finished.failed) == (True, False)

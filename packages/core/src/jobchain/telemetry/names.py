@@ -112,12 +112,14 @@ JOBS_TIMED_OUT = Metric(
     "jobchain.jobs.timed_out",
     "counter",
     "{attempt}",
-    "Attempts that ran past their type's timeout.",
+    "Attempts their deadline failed: the handler still ran when its type's timeout passed "
+    "(claim, prepare and commit time not counted) and the attempt ended as a timeout failure.",
     (JOB_TYPE,),
 )
 ATTEMPTS_LOST = Metric(
     "jobchain.attempts.lost", "counter", "{attempt}",
-    "Attempts that lost their job meanwhile (taken by another worker, cancelled, deleted, completed).",
+    "Attempts that lost their job to another attempt or a cancel meanwhile (taken by another "
+    "worker, cancelled, deleted, completed elsewhere).",
     (JOB_TYPE, LOST_REASON),
 )  # fmt: skip
 ATTEMPT_DURATION = Metric(

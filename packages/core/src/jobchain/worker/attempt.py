@@ -21,6 +21,11 @@ handler returns, together with the other attempts finishing meanwhile
 job was not completed. In staged mode it is written with a group too, but ``complete``
 waits for that group's commit, exactly as it would wait for its own transaction.
 
+A job type's ``timeout`` measures the handler (:mod:`jobchain.worker.deadline`): the
+phases' own database work — the transaction ``prepare`` opens and commits, the completion
+``complete``/``continue_with``/``wait_for`` writes, the group commit ``complete`` waits for —
+runs with the deadline's clock stopped (:meth:`Attempt._untimed`).
+
 ``wait_for(*chains)`` ends an attempt the third way: the job waits for chains (usually ones
 the handler just started) and its handler runs again, a new attempt, once they all ended
 (:meth:`Attempt.wait_for`, :mod:`jobchain.worker.waits`).
@@ -29,7 +34,7 @@ the handler just started) and its handler runs again, a new attempt, once they a
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Sequence
-from contextlib import AsyncExitStack
+from contextlib import AbstractContextManager, AsyncExitStack, nullcontext
 from dataclasses import dataclass, replace
 from datetime import datetime
 from typing import TYPE_CHECKING, Any, Generic, Literal, overload
@@ -51,6 +56,7 @@ if TYPE_CHECKING:
     from jobchain.job_types import JobType
     from jobchain.transactions import Transaction
     from jobchain.worker.completer import CompletionGroups
+    from jobchain.worker.deadline import Deadline
     from jobchain.worker.processors import Processor
 
 I = TypeVar("I")  # noqa: E741 -- conventional input/output type variable names
@@ -67,6 +73,14 @@ _NO = TypeVar("_NO")
 _NN = TypeVar("_NN")
 _NE = TypeVar("_NE")
 Mode = Literal["atomic", "staged"]
+
+_NOTHING: AbstractContextManager[object] = nullcontext()
+"""What :meth:`Attempt._untimed` returns without a deadline (reusable: it does nothing)."""
+
+
+def _still_timed() -> AbstractContextManager[object]:
+    """For work the handler does not wait for: the deadline's clock keeps running."""
+    return _NOTHING
 
 
 class AttemptMisuseError(JobchainError):
@@ -122,6 +136,8 @@ class Attempt(Generic[I, O, N]):
         self._tx: Transaction | None = None
         self.on_staged: Callable[[], Awaitable[None]] | None = None
         self.completion_groups: CompletionGroups | None = None
+        self.deadline: Deadline | None = None
+        """The handler's deadline (its job type's ``timeout``), set by the worker; None: none."""
         # A plain completion queued for group commit: (encoded output, completion time).
         self._deferred: tuple[Any, datetime] | None = None
 
@@ -222,7 +238,7 @@ class Attempt(Generic[I, O, N]):
     async def start_chains(self, starts: Sequence[ChainStart[Any]]) -> list[ChainStarted]:
         """Start several chains in one round trip (see :meth:`start_chain`); results keep order."""
         if not self._prepared:
-            await self.auto_setup()
+            await self._auto_setup(blocking=True)
         self.signal.raise_if_aborted()
         if self._tx is not None:
             return await self._client.start_chains(self._tx, starts)
@@ -236,8 +252,16 @@ class Attempt(Generic[I, O, N]):
         return await self._prepare(mode, callback, hold=True)
 
     async def _prepare(
-        self, mode: Mode, callback: Callable[[Transaction], Awaitable[Any]] | None, *, hold: bool
+        self,
+        mode: Mode,
+        callback: Callable[[Transaction], Awaitable[Any]] | None,
+        *,
+        hold: bool,
+        blocking: bool = True,
     ) -> Any:
+        """``blocking``: the handler waits for this (its own call), so its deadline's clock
+        stops for the transaction work; not so for the worker's auto-setup, which runs while
+        the handler awaits something of its own."""
         if self._prepared:
             reason = "after auto-setup" if self._auto else "twice"
             raise AttemptMisuseError(f"prepare cannot be called {reason}")
@@ -246,29 +270,36 @@ class Attempt(Generic[I, O, N]):
         self._prepared = True
         self._mode = mode
         result: Any = None
+        untimed = self._untimed if blocking else _still_timed
         if mode == "atomic" or callback is not None:
-            await self._open_tx()
-            if mode == "atomic" and hold:
-                await self._hold_job()
+            with untimed():
+                await self._open_tx()
+                if mode == "atomic" and hold:
+                    await self._hold_job()
             if callback is not None:
                 result = await self._in_savepoint("wrap_prepare", callback)
             else:
                 await self._wrap_prepare_without_callback()
             if mode == "staged":
-                await self._commit_tx()
+                with untimed():
+                    await self._commit_tx()
         else:
             # Staged without a callback opens no transaction; middleware still wraps the phase.
             await self._wrap_prepare_without_callback()
         if mode == "staged" and self.on_staged is not None:
-            await self.on_staged()
+            with untimed():
+                await self.on_staged()
         return result
 
     async def auto_setup(self) -> None:
         """Called by the worker when the handler awaited something before choosing a mode."""
+        await self._auto_setup(blocking=False)
+
+    async def _auto_setup(self, *, blocking: bool) -> None:
         if self._prepared:
             return
         self._auto = True
-        await self._prepare("staged", None, hold=False)
+        await self._prepare("staged", None, hold=False, blocking=blocking)
 
     async def _wrap_prepare_without_callback(self) -> None:
         if not self._processor.middleware:
@@ -420,7 +451,8 @@ class Attempt(Generic[I, O, N]):
             await self._prepare("atomic", None, hold=callback is not None)
         self.signal.raise_if_aborted()
         if self._tx is None:
-            await self._open_tx()
+            with self._untimed():
+                await self._open_tx()
         tx = self._tx
         assert tx is not None
 
@@ -430,15 +462,16 @@ class Attempt(Generic[I, O, N]):
             if callback is not None:
                 async with tx.savepoint() as savepoint:
                     await callback(savepoint)
-            result = await finish_job(
-                tx,
-                self.job,
-                self._client.job_types,
-                worker_id=self.worker_id,
-                lease_generation=self.job.lease_generation,
-                output=output,
-                continuation=continuation,
-            )
+            with self._untimed():
+                result = await finish_job(
+                    tx,
+                    self.job,
+                    self._client.job_types,
+                    worker_id=self.worker_id,
+                    lease_generation=self.job.lease_generation,
+                    output=output,
+                    continuation=continuation,
+                )
             return Completed(job=result.job, continuation=result.continuation)
 
         completed: Completed = await run_wrapped(
@@ -480,17 +513,18 @@ class Attempt(Generic[I, O, N]):
         if not self._prepared:
             await self._prepare("atomic", None, hold=False)
         self.signal.raise_if_aborted()
-        if self._tx is None:
-            await self._open_tx()
-        assert self._tx is not None
-        waited = await wait_in(
-            self._tx,
-            self.job.id,
-            ids,
-            worker_id=self.worker_id,
-            lease_generation=self.job.lease_generation,
-            runs_after_failed=runs_after_failed,
-        )
+        with self._untimed():
+            if self._tx is None:
+                await self._open_tx()
+            assert self._tx is not None
+            waited = await wait_in(
+                self._tx,
+                self.job.id,
+                ids,
+                worker_id=self.worker_id,
+                lease_generation=self.job.lease_generation,
+                runs_after_failed=runs_after_failed,
+            )
         self._completed = Completed(job=waited.job, waiting_for=tuple(ids))
         return self._completed
 
@@ -527,9 +561,10 @@ class Attempt(Generic[I, O, N]):
         assert self.completion_groups is not None
         self.signal.raise_if_aborted()
         encoded = self._processor.job_type.encode_output(output)
-        finished = await self.completion_groups.complete(
-            self.job, encoded, worker_id=self.worker_id, now=now_of(self._client)
-        )
+        with self._untimed():
+            finished = await self.completion_groups.complete(
+                self.job, encoded, worker_id=self.worker_id, now=now_of(self._client)
+            )
         self._completed = Completed(job=finished.job)
         return self._completed
 
@@ -558,6 +593,11 @@ class Attempt(Generic[I, O, N]):
             )
         )
         return self._completed
+
+    def _untimed(self) -> AbstractContextManager[object]:
+        """Stops the handler's deadline clock while jobchain works for the handler."""
+        deadline = self.deadline
+        return _NOTHING if deadline is None else deadline
 
     async def _in_savepoint(self, hook: str, callback: Callable[[Transaction], Awaitable[Any]]) -> Any:
         assert self._tx is not None

@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
 from jobchain.contracts import JobRenewLease
 from jobchain.entities import Job
-from jobchain.errors import JobchainError
+from jobchain.errors import JobchainError, JobTimeoutError
 from jobchain.worker.abort import AbortReason, AbortSignal
 from jobchain.worker.deadline import Deadline
 from jobchain.worker.emitter import AttemptScopes
@@ -134,8 +134,12 @@ class BatchRunner:
         batch: Batch[Any, Any] = Batch(jobs, inputs, self.worker_id)
         self.attempt = batch
         renewal = asyncio.create_task(self._renew_forever(batch))
+        deadline: Deadline | None = None
+        timeout = self.settings.timeout
+        if timeout is not None:
+            deadline = Deadline(batch.jobs[0].id, timeout, batch.signal)
         try:
-            outputs = await self._call_in_time(batch)
+            outputs = await self._call_in_time(batch, deadline)
         except asyncio.CancelledError:
             raise
         except BaseException as error:
@@ -143,32 +147,44 @@ class BatchRunner:
                 raise
             if scope is not None:
                 scope.error(error)
-            await self._reschedule_each([(job, error) for job in jobs if job.id not in self._lost])
+            overran: float | None = None
+            if deadline is not None and deadline.failed and isinstance(error, JobTimeoutError):
+                overran = deadline.seconds  # every job of the batch timed out with it
+            await self._reschedule_each(
+                [(job, error) for job in jobs if job.id not in self._lost], timed_out=overran
+            )
             return
         finally:
             renewal.cancel()
             await asyncio.gather(renewal, return_exceptions=True)
         await self._finish(jobs, outputs)
 
-    async def _call_in_time(self, batch: Batch[Any, Any]) -> list[Any]:
-        """The handler's outputs; past the type's ``timeout`` the whole batch times out."""
-        timeout = self.settings.timeout
-        if timeout is None:
-            return await self._call(batch)
+    async def _call_in_time(self, batch: Batch[Any, Any], deadline: Deadline | None) -> list[Any]:
+        """The handler's outputs; past the type's ``timeout`` the whole batch times out (the
+        deadline measures the handler call; the group completion after it is not part of it)."""
+        if deadline is None:
+            return await self._call(batch, None)
         outputs: list[list[Any]] = []
 
         async def call() -> None:
-            outputs.append(await self._call(batch))
+            outputs.append(await self._call(batch, deadline))
 
-        await Deadline(batch.jobs[0].id, timeout, batch.signal).run(call(), lambda: True)
+        await deadline.run(call(), lambda: True)
         return outputs[0]
 
-    async def _call(self, batch: Batch[Any, Any]) -> list[Any]:
+    async def _call(self, batch: Batch[Any, Any], deadline: Deadline | None) -> list[Any]:
         handler = self.processor.handler
         if self.processor.is_async:
-            result = await handler(batch)
-        else:
+            result = await (handler(batch) if deadline is None else deadline.timed(handler(batch)))
+        elif deadline is None:
             result = await call_in_thread(self.settings.sync_wrapper, handler, batch)
+        else:
+            try:
+                result = await call_in_thread(
+                    self.settings.sync_wrapper, deadline.timed_in_thread(handler), batch
+                )
+            finally:
+                deadline.stop()
         if isinstance(result, (str, bytes)) or not isinstance(result, Sequence) or len(result) != len(batch):
             got = f"{len(result)} entries" if isinstance(result, Sequence) else type(result).__name__
             raise BatchResultError(
@@ -202,11 +218,22 @@ class BatchRunner:
                 self.on_event("job_attempt_completed", job, {"continued": False})
         await self._reschedule_each(failures)
 
-    async def _reschedule_each(self, failures: list[tuple[Job, BaseException]]) -> None:
+    async def _reschedule_each(
+        self, failures: list[tuple[Job, BaseException]], *, timed_out: float | None = None
+    ) -> None:
+        """``timed_out``: the deadline that failed them all (each reports ``job_timed_out``)."""
         if failures:
             await asyncio.gather(
                 *(
-                    record_failure(self.client, job, self.worker_id, self.settings, self.on_event, error)
+                    record_failure(
+                        self.client,
+                        job,
+                        self.worker_id,
+                        self.settings,
+                        self.on_event,
+                        error,
+                        timed_out=timed_out,
+                    )
                     for job, error in failures
                 )
             )

@@ -17,6 +17,11 @@ outage would wait out the pool timeout once per completion while every lease exp
 Any other error fails the group's transaction because of what one completion holds: each
 completion of that group is then written again in its own transaction, so one bad
 completion never undoes another.
+
+A try that failed transiently may still have committed (the connection was lost before the
+reply): the next try then finds those jobs already completed. A job found completed by the
+very attempt that queued it (same worker, same lease generation) is that attempt's own
+completion and is settled as written, not as a refusal: its attempt did not lose its job.
 """
 
 from __future__ import annotations
@@ -28,9 +33,11 @@ from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
 from jobchain.completion import JobFinished, PlainCompletion, complete_jobs
+from jobchain.contracts import JobCompleted
 from jobchain.entities import Job
-from jobchain.errors import BackendUnreachableError, TransientStateError
+from jobchain.errors import BackendUnreachableError, JobAlreadyCompletedError, TransientStateError
 from jobchain.worker.backoff import Backoff
+from jobchain.worker.ownership import own_completion
 
 if TYPE_CHECKING:
     from jobchain.client import Client
@@ -153,7 +160,7 @@ class CompletionGroups:
         tries = 0
         while True:
             try:
-                return await self._write_together(items)
+                written = await self._write_together(items)
             except OUTAGE_ERRORS as error:
                 tries += 1
                 now = loop.time()
@@ -180,13 +187,31 @@ class CompletionGroups:
             except Exception as error:
                 log.info("group of %d completions failed (%s); writing them one by one", len(items), error)
                 break
+            else:
+                return written if tries == 0 else await self._own_landed(items, written)
         results: list[JobFinished | BaseException] = []
         for item in items:
             try:
                 results += await self._write_together([item])
             except Exception as error:
                 results.append(error)
-        return results
+        return results if tries == 0 else await self._own_landed(items, results)
+
+    async def _own_landed(
+        self, items: list[PlainCompletion], results: list[JobFinished | BaseException]
+    ) -> list[JobFinished | BaseException]:
+        """After a try that failed transiently: a job now "already completed" by the attempt
+        that queued it was completed by that earlier try, which committed after all."""
+        settled: list[JobFinished | BaseException] = []
+        for item, result in zip(items, results, strict=True):
+            if isinstance(result, JobAlreadyCompletedError):
+                own = await own_completion(self._client, item.job, item.worker_id)
+                if own is not None:
+                    result = JobFinished(
+                        completed=JobCompleted(job=own.job, chain_completed=not own.continued)
+                    )
+            settled.append(result)
+        return settled
 
     async def _write_together(self, items: list[PlainCompletion]) -> list[JobFinished | BaseException]:
         # One statement where the adapter batches completions (one pipeline on PostgreSQL): it

@@ -19,7 +19,14 @@ After a failure commits, *chain finished* goes out for the failed job's chain an
 chain failed with it downstream, *job scheduled* for the dependents that run anyway
 (``runs_after_failed_blockers``), and the observers get ``job_failed`` and ``chain_failed``
 for each (:func:`jobchain.completion.buffer_failed`). The worker's own event for the attempt is
-``job_attempt_failed`` with ``final=True`` and the ``reason``.
+``job_attempt_failed`` with ``final=True`` and the ``reason``. An attempt its deadline failed
+(``timed_out=`` given) reports ``job_timed_out`` just before, once its failure is written, so
+every timed-out attempt is also counted as retried or failed (error type JobTimeoutError).
+
+A refusal means the attempt lost its job meanwhile and is reported as such
+(``job_attempt_<reason>``), with one exception: a job found completed by this very attempt
+(same worker, same lease generation) is this attempt's own completion, whose commit landed
+though its writer saw an error. It is reported as ``job_attempt_completed``, not as lost.
 """
 
 from __future__ import annotations
@@ -34,10 +41,10 @@ from typing import TYPE_CHECKING, Any, TypeVar
 from jobchain.completion import buffer_failed
 from jobchain.contracts import JobFail, JobFailed, JobReschedule
 from jobchain.entities import AttemptError, Job, Schedule
-from jobchain.errors import FailJob, RescheduleJobError
+from jobchain.errors import FailJob, JobAlreadyCompletedError, RescheduleJobError
 from jobchain.stored_text import storable
 from jobchain.worker.abort import AbortReason, AttemptAbortedError
-from jobchain.worker.ownership import OWNERSHIP_LOSSES, reason_for_error
+from jobchain.worker.ownership import OWNERSHIP_LOSSES, own_completion, reason_for_error
 
 if TYPE_CHECKING:
     from jobchain.client import Client
@@ -147,9 +154,15 @@ async def record_failure(
     settings: AttemptSettings,
     on_event: OnEvent,
     error: BaseException,
+    *,
+    timed_out: float | None = None,
 ) -> None:
     """Hand a failed (or released) attempt's job back with its error and the retry backoff,
-    or fail it for good (see the module docstring). Never raises except on cancellation."""
+    or fail it for good (see the module docstring). Never raises except on cancellation.
+
+    ``timed_out``: the deadline (seconds) that failed this attempt, reported as ``job_timed_out``
+    once the failure is written (not when the write is refused: the job was lost meanwhile).
+    """
     released = isinstance(error, AttemptAbortedError) and error.reason is AbortReason.SHUTDOWN
     if isinstance(error, RescheduleJobError):
         schedule = error.schedule if isinstance(error.schedule, Schedule) else Schedule(after=timedelta(0))
@@ -170,13 +183,15 @@ async def record_failure(
             lease_generation=job.lease_generation,
             attempt_error=entry,
         )
-        failed = await _write(client, job, settings, on_event, lambda tx: _fail(tx, request))
+        failed = await _write(client, job, worker_id, settings, on_event, lambda tx: _fail(tx, request))
         if failed is not None:
+            _timed_out(on_event, job, timed_out)
             on_event("job_attempt_failed", job, _error_attributes(error) | {"final": True, "reason": reason})
         return
     rescheduled = await _write(
         client,
         job,
+        worker_id,
         settings,
         on_event,
         lambda tx: _reschedule(
@@ -193,11 +208,17 @@ async def record_failure(
         ),
     )
     if rescheduled is not None:
+        _timed_out(on_event, job, timed_out)
         on_event(
             "job_attempt_failed",
             job,
             _error_attributes(error) | {"rescheduled_at": rescheduled.scheduled_at.isoformat()},
         )
+
+
+def _timed_out(on_event: OnEvent, job: Job, timeout: float | None) -> None:
+    if timeout is not None:
+        on_event("job_timed_out", job, {"timeout": timeout})
 
 
 async def fail_over_limit(
@@ -222,7 +243,7 @@ async def fail_over_limit(
         lease_generation=job.lease_generation,
         attempt_error=entry,
     )
-    failed = await _write(client, job, settings, on_event, lambda tx: _fail(tx, request))
+    failed = await _write(client, job, worker_id, settings, on_event, lambda tx: _fail(tx, request))
     if failed is not None:
         on_event(
             "job_attempt_failed",
@@ -251,6 +272,7 @@ async def _reschedule(tx: Transaction, request: JobReschedule) -> Job:
 async def _write(
     client: Client,
     job: Job,
+    worker_id: str,
     settings: AttemptSettings,
     on_event: OnEvent,
     write: Callable[[Transaction], Awaitable[T]],
@@ -267,7 +289,13 @@ async def _write(
             async with client.transaction() as tx:
                 return await write(tx)
         except OWNERSHIP_LOSSES as lost:
-            on_event("job_attempt_" + reason_for_error(lost).value, job, {})
+            own = None
+            if isinstance(lost, JobAlreadyCompletedError):
+                own = await own_completion(client, job, worker_id)
+            if own is not None:  # its own completion landed, though its commit raised
+                on_event("job_attempt_completed", job, {"continued": own.continued})
+            else:
+                on_event("job_attempt_" + reason_for_error(lost).value, job, {})
             return None
         except Exception:
             # The store failed too. Leaving the job running would park it until its lease

@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any
 from jobchain.contracts import JobGet, JobRenewLease
 from jobchain.contracts.observe import ObservesAttempts
 from jobchain.entities import Job
+from jobchain.errors import JobTimeoutError
 from jobchain.job_types import DEFAULT_MAX_ATTEMPTS
 from jobchain.worker.abort import AbortReason
 from jobchain.worker.attempt import Attempt, Continue, HandlerDidNotCompleteError
@@ -153,13 +154,18 @@ class AttemptRunner:
             attempt.signal.expire_when(self._lapsed)
         attempt.on_staged = self._start_staged
         attempt.completion_groups = self.completion_groups
+        deadline: Deadline | None = None
+        timeout = self.settings.timeout
+        if timeout is not None:
+            # Measures the handler alone: started and stopped around its call in _invoke,
+            # stopped while it waits for jobchain's own writes (see jobchain.worker.deadline).
+            deadline = Deadline(self.job.id, timeout, attempt.signal, clock=self._clock)
+            attempt.deadline = deadline
         self.started_at = asyncio.get_running_loop().time()
         try:
-            timeout = self.settings.timeout
-            if timeout is None:
+            if deadline is None:
                 await self._invoke(attempt)
             else:
-                deadline = Deadline(self.job.id, timeout, attempt.signal, self._timed_out)
                 await deadline.run(self._invoke(attempt), attempt.unfinished)
             if attempt.completed is None:
                 raise HandlerDidNotCompleteError()
@@ -186,7 +192,12 @@ class AttemptRunner:
                 raise
             if scope is not None:
                 scope.error(error)
-            await self._reschedule(error)
+            # Reported as timed out only when the deadline itself failed the attempt (the
+            # handler still ran at its deadline), once that failure is recorded.
+            overran: float | None = None
+            if deadline is not None and deadline.failed and isinstance(error, JobTimeoutError):
+                overran = deadline.seconds
+            await self._reschedule(error, timed_out=overran)
         else:
             completed = attempt.completed
             if completed.waiting_for:
@@ -232,11 +243,19 @@ class AttemptRunner:
 
     async def _invoke(self, attempt: Attempt[Any, Any]) -> None:
         processor = self.processor
+        deadline = attempt.deadline
         if not processor.is_async:
             await attempt.auto_setup()
 
             async def run_sync() -> Any:
-                result = await call_in_thread(self.settings.sync_wrapper, processor.handler, attempt)
+                if deadline is None:
+                    result = await call_in_thread(self.settings.sync_wrapper, processor.handler, attempt)
+                else:
+                    handler = deadline.timed_in_thread(processor.handler)
+                    try:
+                        result = await call_in_thread(self.settings.sync_wrapper, handler, attempt)
+                    finally:
+                        deadline.stop()  # completing its result below is jobchain's work
                 if isinstance(result, Continue):
                     return await attempt.continue_with(
                         result.job_type, result.input, schedule=result.schedule, blockers=result.blockers
@@ -247,7 +266,9 @@ class AttemptRunner:
             return
 
         async def run_async() -> Any:
-            return await processor.handler(attempt)
+            if deadline is None:
+                return await processor.handler(attempt)
+            return await deadline.timed(processor.handler(attempt))
 
         task = asyncio.ensure_future(run_wrapped(processor.middleware, "wrap_handler", attempt, run_async))
         # Let the handler run up to its first suspension: if it chose no mode by then
@@ -260,10 +281,6 @@ class AttemptRunner:
                 task.cancel()
                 raise
         await task
-
-    def _timed_out(self) -> None:
-        timeout = self.settings.timeout
-        self.on_event("job_timed_out", self.job, {"timeout": timeout.total_seconds() if timeout else None})
 
     async def _start_staged(self) -> None:
         """Staged mode: keep the lease alive and listen for ownership loss."""
@@ -400,8 +417,10 @@ class AttemptRunner:
     def _past_deadline(self) -> bool:
         return self._remaining() <= 0 or (self._lapsed is not None and self._lapsed())
 
-    async def _reschedule(self, error: BaseException) -> None:
-        await record_failure(self.client, self.job, self.worker_id, self.settings, self.on_event, error)
+    async def _reschedule(self, error: BaseException, *, timed_out: float | None = None) -> None:
+        await record_failure(
+            self.client, self.job, self.worker_id, self.settings, self.on_event, error, timed_out=timed_out
+        )
 
 
 reschedule_attempt = record_failure
