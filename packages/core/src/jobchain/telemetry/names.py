@@ -122,6 +122,18 @@ ATTEMPTS_LOST = Metric(
     "worker, cancelled, deleted, completed elsewhere).",
     (JOB_TYPE, LOST_REASON),
 )  # fmt: skip
+CLAIMS_EXPIRED = Metric(
+    "jobchain.claims.expired", "counter", "{job}",
+    "Claimed jobs not started because their local deadline (claim sent + lease - safety margin) "
+    "had passed: a late claim reply, a job left in the buffer behind a stall; left to their lease.",
+    (JOB_TYPE,),
+)  # fmt: skip
+WORKER_LIVENESS_LAPSES = Metric(
+    "jobchain.worker.liveness_lapses", "counter", "{lapse}",
+    "Times a worker had no heartbeat confirmed by its liveness deadline and aborted its attempts "
+    "(a stall or a partition: others may have presumed it dead).",
+    (),
+)  # fmt: skip
 ATTEMPT_DURATION = Metric(
     "jobchain.attempt.duration", "histogram", "s",
     "Attempt duration, from the handler's start to its outcome written.", (JOB_TYPE, OUTCOME),
@@ -159,6 +171,8 @@ METRICS = (
     JOBS_FAILED,
     JOBS_TIMED_OUT,
     ATTEMPTS_LOST,
+    CLAIMS_EXPIRED,
+    WORKER_LIVENESS_LAPSES,
     ATTEMPT_DURATION,
     WAKEUP_LATENCY,
     QUEUE_DEPTH,

@@ -152,6 +152,10 @@ class MetricsObserver:
             self._timed(attrs, attrs["job.type"], "waiting")
         elif name == "job_timed_out":
             add(names.JOBS_TIMED_OUT, 1, (attrs["job.type"],))
+        elif name == "job_claim_expired":
+            add(names.CLAIMS_EXPIRED, 1, (attrs["job.type"],))
+        elif name == "worker_liveness_lapsed":
+            add(names.WORKER_LIVENESS_LAPSES, 1, ())
         elif name in _LOST:
             type_name = attrs["job.type"]
             add(names.ATTEMPTS_LOST, 1, (type_name, _LOST[name]))
