@@ -300,15 +300,15 @@ network), then an audit from the database and a per-execution log. It writes
 `bench/chaos_report.py`; nothing here is typed in by hand.
 
 ```sh
-make chaos                     # the full suite, about 17 minutes; needs initdb/pg_ctl, redis-server, nats-server
+make chaos                     # the full suite, about 20 minutes; needs initdb/pg_ctl, redis-server, nats-server
 JOBCHAIN_CHAOS=1 .venv/bin/python -m pytest packages/postgres/tests/chaos -p no:randomly   # compact, every cell
 JOBCHAIN_CHAOS=0 make test     # the test suite without its compact chaos cells
 ```
 
 A compact version of the cells (seconds per fault instead of minutes, a 3 s lease and a 0.5 s
 poll instead of the defaults, except in the default-settings cell) runs in every `make test`,
-serially on one xdist worker: about two minutes on a quiet 2-core machine, under three with
-both cores kept busy by other processes; the
+serially on one xdist worker: about four minutes on a quiet 2-core machine (the stall and
+partition cells take half of that), longer with both cores kept busy by other processes; the
 fast-stop restart and the held connections without a terminate run only with
 `JOBCHAIN_CHAOS=1`. Every cell asserts that nothing is lost, nothing completes twice, only jobs
 a fault hit run again, and recovery within bounds derived from the cell's settings. The stall and
