@@ -343,11 +343,17 @@ def test_report_lifecycle_figures_on_a_known_history(report: Report) -> None:
 
     # Top errors count every kept failed attempt, the one C's success followed too; blocker
     # entries are not attempts; H (no history) counts by its last error, as before.
-    assert _rows(t["errors"], "type_name", "error_type", "error", "jobs", "attempts") == [
-        ("resize", "ValueError", "ValueError: bad input", 1, 2),
-        ("resize", "FailJob", "FailJob: no such image", 1, 1),
-        ("resize", "JobTimeoutError", "JobTimeoutError: handler ran past 5 s", 1, 1),
-        ("resize", "KeyError", "KeyError: 'img'", 1, 0),
+    assert _rows(t["errors"], "type_name", "error_type", "example", "jobs", "attempts", "messages") == [
+        ("resize", "ValueError", "ValueError: bad input", 1, 2, 1),
+        ("resize", "FailJob", "FailJob: no such image", 1, 1, 1),
+        ("resize", "JobTimeoutError", "JobTimeoutError: handler ran past 5 s", 1, 1, 1),
+        ("resize", "KeyError", "KeyError: 'img'", 1, 0, 1),
+    ]
+    assert list(t["errors"]["fingerprint"]) == [
+        "ValueError: bad input",
+        "FailJob: no such image",
+        "JobTimeoutError: handler ran past <n> s",
+        "KeyError: '<v>'",
     ]
     statuses = {(r.chain_type, r.status): r.chains for r in t["chains_by_status"].itertuples()}
     assert statuses == {

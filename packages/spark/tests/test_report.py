@@ -115,9 +115,10 @@ def test_report_figures_on_a_known_history(spark: Any, sqlite_url: str, tmp_path
     # failures were recorded without an error history): a plain two-line message, grouped on
     # its first line, with no exception type.
     errors = [
-        (r.type_name, r.error_type, r.error, r.jobs, r.attempts) for r in report.tables["errors"].itertuples()
+        (r.type_name, r.error_type, r.fingerprint, r.example, r.jobs, r.attempts, r.messages)
+        for r in report.tables["errors"].itertuples()
     ]
-    assert errors == [("resize", "", "timeout", 1, 1)]
+    assert errors == [("resize", "", "timeout", "timeout", 1, 1, 1)]
     statuses = {(r.chain_type, r.status): r.chains for r in report.tables["chains_by_status"].itertuples()}
     assert statuses == {("resize", "completed"): 5, ("resize", "pending"): 2, ("send_email", "completed"): 2}
 

@@ -210,11 +210,11 @@ def test_report_page_renders_in_chromium_without_overflow(
     assert summary.loc["ingest_event", "jobs"] == 20_000
     assert summary.loc["rare_audit", "jobs"] == 3
     errors = report.tables["errors"]
-    assert "Traceback (most recent call last):" not in set(errors["error"])
+    assert "Traceback (most recent call last):" not in set(errors["example"])
     assert {
         "ValueError: bad input: missing field 'sku'",
         "RuntimeError: upstream CRM rejected the record",
-    } <= set(errors["error"])
+    } <= set(errors["example"])
     steps = report.tables["chain_steps"]
     assert list(steps[steps["chain_type"] == "order"]["type_name"]) == ["order", "charge", "ship"]
 

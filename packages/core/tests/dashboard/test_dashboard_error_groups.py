@@ -59,7 +59,8 @@ def groups(page: str) -> dict[str, tuple[int, int, str]]:
         cells = re.findall(r"<td[^>]*>(.*?)</td>", match.group(2), re.S)
         jobs = re.search(r'data-count="jobs">(?:<a[^>]*>)?(\d+)', match.group(2))
         messages = re.search(r'data-count="messages">(\d+)', match.group(2))
-        assert jobs and messages, match.group(0)
+        assert jobs, match.group(0)
+        assert messages, match.group(0)
         found[html.unescape(match.group(1))] = (
             int(jobs.group(1)),
             int(messages.group(1)),

@@ -5,6 +5,7 @@
     jobchain-spark archive --url postgresql://app@db/app --older-than 30d --to s3a://bucket/jobchain
     jobchain-spark archive --url … --older-than 30d --to … --statuses completed,cancelled,failed --dry-run
     jobchain-spark report --url sqlite:///jobchain.db --archive ./archive --out ./report --period day
+    jobchain-spark report --url sqlite:///jobchain.db --out ./report --period 5m
 
 ``--master`` picks the Spark master (default ``local[*]``); on a cluster run it through
 ``spark-submit`` and the session it provides is used. A local session runs its Python
@@ -162,14 +163,21 @@ def _utc(moment: datetime | None) -> str:
 )
 @click.option("--archive", "archive_root", default=None, help="Archive root to include.")
 @click.option("--out", required=True, help="Output directory for report.html, charts/ and tables/.")
-@click.option("--period", type=click.Choice(["hour", "day"]), default="hour", show_default=True)
+@click.option(
+    "--period",
+    default="hour",
+    show_default=True,
+    help="Time buckets: minute, hour, day, or whole minutes that divide a day (5m, 15m, 2h).",
+)
 @click.option("--master", default=None, help="Spark master, e.g. local[4] (default: the session's).")
 def report_command(url: str, archive_root: str | None, out: str, period: str, master: str | None) -> None:
     """Compute throughput, latency, attempts, retries, errors and backlog; write HTML, PNG, Parquet, CSV."""
     from jobchain_spark.report import build_report
     from jobchain_spark.report_output import write_report
+    from jobchain_spark.report_periods import parse_period
 
     _check_url(url)
+    parse_period(period)  # a bad period is refused before a JVM is started for it
     spark = _session(master)
     path = write_report(build_report(spark, url=url, archive=archive_root, period=period), out)
     click.echo(f"wrote {path}")

@@ -20,9 +20,11 @@ Times and their definitions:
 The ``throughput`` table counts per job type and period the jobs ``started`` (created),
 ``completed``, ``failed`` (by ``failed_at``), ``cancelled`` (by ``cancelled_at``),
 ``with_failure`` (jobs whose last failed attempt ended in the period) and ``backlog`` (jobs
-created but not finished at the end of the period: blocked, pending or running). Top errors
-are grouped by exception type and message (:mod:`jobchain_spark.report_errors`, which says
-what is and is not counted).
+created but not finished at the end of the period: blocked, pending or running). The period
+is ``minute``, ``hour``, ``day`` or whole minutes that divide a day, such as ``15m``
+(:mod:`jobchain_spark.report_periods`). Top errors are grouped by exception type and a
+fingerprint of the message with its values masked (:mod:`jobchain_spark.report_errors`,
+which says what is and is not counted).
 
 The lifecycle figures (:mod:`jobchain_spark.report_lifecycle`): the ``summary`` table's
 ``failed``, ``cancelled``, ``failed_by_blocker`` and ``failure_rate`` (failed ÷ (completed +
@@ -48,16 +50,18 @@ import pandas as pd
 
 from jobchain.url import mask_url
 from jobchain_spark.archive import read_archive
-from jobchain_spark.errors import SparkOptionError
 from jobchain_spark.report_chains import chain_durations, chain_steps
 from jobchain_spark.report_errors import ERRORS_NOTE, signature_udf, top_errors
 from jobchain_spark.report_lifecycle import blocker_failures, cancellations, dead_letters, finished_per_period
+from jobchain_spark.report_periods import NAMED, Period, parse_period
 from jobchain_spark.source import read_table
 
 if TYPE_CHECKING:
     from pyspark.sql import Column, DataFrame, SparkSession
 
-PERIODS: Final = {"hour": 3600, "day": 86400}
+PERIODS: Final = NAMED
+"""The named periods; ``period`` also takes whole minutes that divide a day (``5m``, ``15m``:
+:mod:`jobchain_spark.report_periods`)."""
 QUANTILES: Final = (0.5, 0.95, 0.99)
 ACCURACY: Final = 10_000
 
@@ -68,6 +72,7 @@ class Report:
 
     tables: dict[str, pd.DataFrame]
     period: str
+    """The period's canonical text: ``minute``, ``hour``, ``day``, ``15m``, ``2h``."""
     generated_at: datetime
     sources: tuple[str, ...]
     notes: tuple[str, ...] = field(default_factory=tuple)
@@ -101,14 +106,14 @@ def _percentiles(df: DataFrame, value: Column, name: str, *by: str | Column) -> 
     )
 
 
-def _timing(jobs: DataFrame, done: DataFrame, period: str) -> DataFrame:
+def _timing(jobs: DataFrame, done: DataFrame, period: Period) -> DataFrame:
     """Wait and run percentiles per job type and period (wait by creation, run by completion)."""
     from pyspark.sql import functions as sf
 
     claimed = jobs.where(sf.col("first_attempt_at").isNotNull())
     ran = done.where(sf.col("attempt_started_at").isNotNull())
-    created = sf.date_trunc(period, "created_at").alias("period")
-    completed = sf.date_trunc(period, "completed_at").alias("period")
+    created = period.start("created_at").alias("period")
+    completed = period.start("completed_at").alias("period")
     waits = _period_durations(claimed, created, "created_at", "first_attempt_at", "wait", "waited")
     runs = _period_durations(ran, completed, "attempt_started_at", "completed_at", "run", "ran")
     return (
@@ -182,11 +187,14 @@ def build_report(
     now: datetime | None = None,
     partitions: int = 4,
 ) -> Report:
-    """Compute every report table from the live tables at ``url`` and the archive at ``archive``."""
+    """Compute every report table from the live tables at ``url`` and the archive at ``archive``.
+
+    ``period`` is ``minute``, ``hour``, ``day`` or whole minutes that divide a day (``5m``,
+    ``15m``, ``2h``); anything else raises SparkOptionError (option ``period``).
+    """
     from pyspark.sql import functions as sf
 
-    if period not in PERIODS:
-        raise SparkOptionError("period", f"must be one of {', '.join(PERIODS)}, got {period!r}")
+    bucket = parse_period(period)
     when = now or datetime.now(UTC)
     jobs = read_table(spark, url, "jobs", partitions=partitions)
     chains = read_table(spark, url, "chains", partitions=partitions)
@@ -198,22 +206,22 @@ def build_report(
     jobs = jobs.persist()
     notes: list[str] = []
     done = jobs.where(sf.col("status") == "completed")
-    seconds = PERIODS[period]
+    seconds = bucket.seconds
 
-    started = jobs.groupBy("type_name", sf.date_trunc(period, "created_at").alias("period")).agg(
+    started = jobs.groupBy("type_name", bucket.start("created_at").alias("period")).agg(
         sf.count(sf.lit(1)).alias("started")
     )
-    completed = done.groupBy("type_name", sf.date_trunc(period, "completed_at").alias("period")).agg(
+    completed = done.groupBy("type_name", bucket.start("completed_at").alias("period")).agg(
         sf.count(sf.lit(1)).alias("completed")
     )
     failed = (
         jobs.where(sf.col("last_attempt_at").isNotNull())
-        .groupBy("type_name", sf.date_trunc(period, "last_attempt_at").alias("period"))
+        .groupBy("type_name", bucket.start("last_attempt_at").alias("period"))
         .agg(sf.count(sf.lit(1)).alias("with_failure"))
     )
     throughput = (
         started.join(completed, ["type_name", "period"], "full_outer")
-        .join(finished_per_period(jobs, period), ["type_name", "period"], "full_outer")
+        .join(finished_per_period(jobs, bucket.text), ["type_name", "period"], "full_outer")
         .join(failed, ["type_name", "period"], "full_outer")
         .fillna(0, ["started", "completed", "failed", "cancelled", "with_failure"])
         .withColumn("throughput_per_hour", sf.col("completed") * 3600.0 / seconds)
@@ -286,18 +294,20 @@ def build_report(
     tables = {
         "throughput": _with_backlog(throughput.toPandas()),
         "summary": summary.orderBy("type_name").toPandas(),
-        "timing": _timing(jobs, done, period).toPandas(),
+        "timing": _timing(jobs, done, bucket).toPandas(),
         "attempts": attempts.toPandas(),
         "errors": top_errors(jobs).toPandas(),
         "dead_letters": dead_letters(jobs, signature_udf()(sf.col("last_attempt_error"))).toPandas(),
-        "cancellations": cancellations(jobs, period).toPandas(),
+        "cancellations": cancellations(jobs, bucket.text).toPandas(),
         "blocker_failures": blocker_failures(jobs, chains).toPandas(),
         "chains_by_status": by_status.toPandas(),
         "chain_durations": chain_durations(chains, QUANTILES, ACCURACY).toPandas(),
         "chain_steps": chain_steps(jobs, ACCURACY).toPandas(),
     }
     jobs.unpersist()
-    return Report(tables=tables, period=period, generated_at=when, sources=tuple(sources), notes=tuple(notes))
+    return Report(
+        tables=tables, period=bucket.text, generated_at=when, sources=tuple(sources), notes=tuple(notes)
+    )
 
 
 __all__ = ["PERIODS", "Report", "build_report"]

@@ -8,7 +8,9 @@ Rules every chart follows, so that 24 job types next to one of 200,000 jobs stay
 - each series has its own colour (``tab10``: nine distinct colours for nine types, grey for other);
 - the legend sits to the right of the plot area, never on the data;
 - a panel whose largest series is :data:`LOG_RATIO` times its smallest uses a log scale (a
-  ``symlog`` scale for counts, so zero stays drawable), and the panel title says which.
+  ``symlog`` scale for counts, so zero stays drawable), and the panel title says which;
+- activity over :data:`FEW_PERIODS` periods or fewer is drawn as bars, each period labelled,
+  never as a line between a few points.
 """
 
 from __future__ import annotations
@@ -33,6 +35,8 @@ from matplotlib.ticker import FuncFormatter, MaxNLocator
 from jobchain_spark.report_format import format_count, human_seconds_ticks
 
 TOP_TYPES: Final = 9
+FEW_PERIODS: Final = 12
+"""Activity over this many periods or fewer is drawn as bars, one group per period."""
 LOG_RATIO: Final = 10.0
 OTHER: Final = "other"
 # tab10 without its grey, which is kept for "other": nine distinct colours for nine types.
@@ -108,53 +112,85 @@ def _legend(fig: Figure, ax: Axes) -> None:
 
 
 def activity_chart(throughput: pd.DataFrame, path: Path, period: str) -> list[str]:
-    """Four panels over time: started, completed, jobs with a failure, backlog; returns the series drawn."""
+    """Four panels over time: started, completed, jobs with a failure, backlog; returns the series drawn.
+
+    Over :data:`FEW_PERIODS` periods or fewer each panel draws bars, one group per period with
+    each period labelled (two points joined by a line would suggest a trend between them that
+    nobody measured); over more, lines with a point per period.
+    """
+    fig, names = activity_figure(throughput, period)
+    _save(fig, path)
+    return names
+
+
+def activity_figure(throughput: pd.DataFrame, period: str) -> tuple[Figure, list[str]]:
+    """The figure of :func:`activity_chart`, not saved, and the series drawn."""
+    from jobchain_spark.report_periods import parse_period
+
+    bucket = parse_period(period)
     panels = (
-        ("started", f"Started (created) per {period}"),
-        ("completed", f"Completed per {period}"),
-        ("with_failure", f"Jobs whose last failure ended in the {period}"),
-        ("backlog", f"Backlog: not finished at the {period}'s end"),
+        ("started", f"Started (created) per {bucket.per}"),
+        ("completed", f"Completed per {bucket.per}"),
+        ("with_failure", f"Jobs whose last failure ended in the {bucket.noun}"),
+        ("backlog", f"Backlog: not finished at the {bucket.noun}'s end"),
     )
     fig, axes = plt.subplots(2, 2, figsize=(WIDTH - 2.5, 7), sharex=True)
     if throughput.empty:
         for ax, (_, title) in zip(axes.flat, panels, strict=True):
             _empty(ax, "jobs")
             ax.set_title(title)
-        _save(fig, path)
-        return []
+        return fig, []
     keep = top_types(throughput.groupby("type_name")["started"].sum())
     frame = _grouped(throughput, "type_name", keep)
     names = [*keep, OTHER] if OTHER in set(frame["type_name"]) else keep
     colours = _colour(names)
     # Every period from the first to the last, so a quiet period shows as 0, not as a straight line.
-    step = "h" if period == "hour" else "D"
-    periods = pd.date_range(frame["period"].min(), frame["period"].max(), freq=step, name="period")
+    periods = pd.date_range(frame["period"].min(), frame["period"].max(), freq=bucket.step, name="period")
+    bars = len(periods) <= FEW_PERIODS
     for ax, (measure, title) in zip(axes.flat, panels, strict=True):
         wide = frame.pivot_table(index="period", columns="type_name", values=measure, aggfunc="sum")
         wide = wide.reindex(periods).reindex(columns=names)
         # Counts are zero in a period without rows; the backlog carries over from the last one.
         wide = wide.ffill().fillna(0) if measure == "backlog" else wide.fillna(0)
-        for name in names:
-            ax.plot(wide.index, wide[name], marker="o", markersize=3, color=colours[name], label=name)
+        if bars:
+            width = 0.8 / len(names)
+            for i, name in enumerate(names):
+                offsets = np.arange(len(periods)) + (i - (len(names) - 1) / 2) * width
+                ax.bar(offsets, wide[name], width=width, color=colours[name], label=name)
+        else:
+            for name in names:
+                ax.plot(wide.index, wide[name], marker="o", markersize=3, color=colours[name], label=name)
         log = wants_log([wide[name].max() for name in names])
         if log:
             ax.set_yscale("symlog", linthresh=1)
         _count_axis(ax.yaxis, log)
         ax.set_title(f"{title} ({'log' if log else 'linear'} scale)", fontsize="medium")
         ax.set_ylabel("jobs")
-        ax.grid(True, alpha=0.3)
+        ax.grid(True, axis="y" if bars else "both", alpha=0.3)
     for ax in axes.flat:
-        if len(periods) < 2:  # one period: nothing for a date locator to space out
-            pattern = "%Y-%m-%d %H:%M" if period == "hour" else "%Y-%m-%d"
-            ax.set_xticks(list(periods), [p.strftime(pattern) for p in periods])
+        if bars:
+            ax.set_xticks(list(range(len(periods))), period_labels(list(periods), bucket.seconds))
+            ax.set_xlim(-0.5, len(periods) - 0.5)
             continue
         locator = AutoDateLocator(maxticks=8)  # type: ignore[no-untyped-call]  # matplotlib leaves __init__ untyped
         ax.xaxis.set_major_locator(locator)
         ax.xaxis.set_major_formatter(ConciseDateFormatter(locator))  # type: ignore[no-untyped-call]  # as above
     _legend(fig, axes.flat[0])
     fig.tight_layout()
-    _save(fig, path)
-    return names
+    return fig, names
+
+
+def period_labels(starts: Sequence[pd.Timestamp], seconds: int) -> list[str]:
+    """Tick labels of bar groups: the time (``08:15``), or the day (``03-01``) for daily
+    periods, with the date (the year) under the first and wherever it changes."""
+    daily = seconds >= 86400
+    labels: list[str] = []
+    previous = ""
+    for start in starts:
+        short, long = (f"{start:%m-%d}", f"{start:%Y}") if daily else (f"{start:%H:%M}", f"{start:%Y-%m-%d}")
+        labels.append(f"{short}\n{long}" if long != previous else short)
+        previous = long
+    return labels
 
 
 def _percentile_bars(ax: Axes, frame: pd.DataFrame, name: str, label: str) -> None:
@@ -325,16 +361,21 @@ def status_chart(by_status: pd.DataFrame, path: Path) -> None:
 
 
 def errors_chart(errors: pd.DataFrame, path: Path) -> None:
-    """Jobs per top error (job type: error), largest on top."""
+    """Jobs per top error group (job type: fingerprint), largest on top."""
     fig, ax = plt.subplots(figsize=(WIDTH - 4, 1.5 + 0.4 * max(len(errors), 2)))
     if errors.empty:
         _empty(ax, "errors")
     else:
-        labels = [_short(f"{t}: {e}") for t, e in zip(errors["type_name"], errors["error"], strict=True)]
+        labels = [
+            _short(f"{t}: {e}") + (f" ({m:,} messages)" if m > 1 else "")
+            for t, e, m in zip(errors["type_name"], errors["fingerprint"], errors["messages"], strict=True)
+        ]
         ax.barh(labels[::-1], list(errors["jobs"])[::-1], color="#c44e52")
         _count_axis(ax.xaxis, False)
         ax.set_xlabel("jobs with a failed attempt of it")
-    ax.set_title("Top errors (failed attempts kept in the jobs' error histories)", fontsize="medium")
+    ax.set_title(
+        "Top errors, values masked (failed attempts kept in the jobs' error histories)", fontsize="medium"
+    )
     fig.tight_layout()
     _save(fig, path)
 
@@ -374,14 +415,17 @@ def _short(label: str, limit: int = 70) -> str:
 
 
 __all__ = [
+    "FEW_PERIODS",
     "LOG_RATIO",
     "OTHER",
     "TOP_TYPES",
     "activity_chart",
+    "activity_figure",
     "attempts_chart",
     "chain_durations_chart",
     "dead_letters_chart",
     "errors_chart",
+    "period_labels",
     "status_chart",
     "times_chart",
     "top_types",

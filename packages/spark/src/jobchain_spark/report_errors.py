@@ -1,4 +1,12 @@
-"""Top errors: stored errors grouped by exception type and message, not by their first line.
+"""Top errors: stored errors grouped by a fingerprint of their type and message.
+
+Errors that differ only in the values they carry (an order ref, a job id, a number, a quoted
+value) share one fingerprint (:func:`jobchain.error_fingerprint.error_fingerprint`):
+``CardExpired: card for order <id> expired on <n>``. :func:`fingerprint_column` computes it
+with Spark SQL functions (``regexp_replace`` with the same rules), so it runs in the
+executors, and gives the same text as the Python function (a test checks both on a table of
+examples). Each group keeps one real message as its ``example`` and counts its distinct
+``messages``.
 
 The worker stores an error as Python prints it (``traceback.format_exception``, cut at
 10,000 characters with a ``…(truncated)`` line), so the first line of nearly every stored
@@ -16,11 +24,12 @@ names the exception that was finally raised instead:
 
 What is counted: every failed attempt kept in a job's error history (``attempt_errors``, the
 last 10 per job, kept when a later attempt succeeds), grouped by its exception type and the
-first line of its message; abandoned attempts (``AttemptAbandoned``: the worker died or its
-lease expired) count too, failures caused by a blocker chain do not (they are not attempts:
-see the ``blocker_failures`` table). A job without a history (its rows predate the history,
-or its failures were recorded without one) counts as before: by the error of its last
-attempt, when it is not completed, one row per job.
+fingerprint of the first line of its message; abandoned attempts (``AttemptAbandoned``: the
+worker died or its lease expired) count too, failures caused by a blocker chain do not (they
+are not attempts: see the ``blocker_failures`` table). A job without a history (its rows
+predate the history, or its failures were recorded without one) counts as before: by the
+error of its last attempt (its :func:`error_signature`, then fingerprinted), when it is not
+completed, one row per job.
 """
 
 from __future__ import annotations
@@ -30,8 +39,10 @@ import warnings
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Final
 
+from jobchain.error_fingerprint import EMPTY, FIRST_LINE, MAX_FINGERPRINT, RULES, WHITESPACE
+
 if TYPE_CHECKING:
-    from pyspark.sql import DataFrame
+    from pyspark.sql import Column, DataFrame
 
 TOP_ERRORS: Final = 10
 MAX_MESSAGE: Final = 200
@@ -142,13 +153,76 @@ def signature_udf() -> Any:
     return _udf(error_signature)
 
 
-def top_errors(jobs: DataFrame, limit: int = TOP_ERRORS) -> DataFrame:
-    """Failed attempts per (job type, error type, error), most frequent first, ``limit`` rows.
+def _joined(kind: Column, line: Column) -> Column:
+    """``kind: line``, ``kind`` or ``line`` alone, or ``(empty error)``; cut as :func:`cut`."""
+    from pyspark.sql import functions as sf
 
-    Columns: ``type_name``, ``error_type``, ``error``, ``jobs`` (jobs with such a failure),
-    ``attempts`` (failed attempts with it, from the histories; for a job without a history,
-    the attempts it has made so far, the last one failing with it), ``last_seen_at``.
-    Identical texts are grouped in Spark first, so the parser runs once per distinct text.
+    joined = (
+        sf.when((kind != "") & (line != ""), sf.concat(kind, sf.lit(": "), line))
+        .when(kind != "", kind)
+        .when(line != "", line)
+        .otherwise(sf.lit(EMPTY))
+    )
+    cut_at = MAX_FINGERPRINT - 1
+    return sf.when(
+        sf.length(joined) > MAX_FINGERPRINT, sf.concat(sf.substring(joined, 1, cut_at), sf.lit("…"))
+    ).otherwise(joined)
+
+
+def _first_line(message: Column) -> Column:
+    """:func:`jobchain.error_fingerprint.first_line` in Spark SQL."""
+    from pyspark.sql import functions as sf
+
+    line = sf.regexp_extract(sf.coalesce(message, sf.lit("")), FIRST_LINE, 1)
+    return sf.trim(sf.regexp_replace(line, WHITESPACE, " "))  # trim: spaces, all that is left
+
+
+def fingerprint_column(error_type: Column, message: Column) -> Column:
+    """:func:`jobchain.error_fingerprint.error_fingerprint` with Spark SQL functions (no UDF).
+
+    The same rules (:data:`jobchain.error_fingerprint.RULES`, written to mean the same in
+    Python and Java regular expressions), applied with ``regexp_replace`` in order.
+    """
+    from pyspark.sql import functions as sf
+
+    masked = _first_line(message)
+    for pattern, replacement in RULES:
+        masked = sf.regexp_replace(masked, pattern, replacement)
+    return _joined(sf.coalesce(error_type, sf.lit("")), masked)
+
+
+def example_column(error_type: Column, message: Column) -> Column:
+    """:func:`jobchain.error_fingerprint.error_line` (``Type: first line``) in Spark SQL."""
+    from pyspark.sql import functions as sf
+
+    return _joined(sf.coalesce(error_type, sf.lit("")), _first_line(message))
+
+
+def _message_of(kind: Column, error: Column) -> Column:
+    """The message part of a signature's ``error`` (``ValueError: bad`` → ``bad``)."""
+    from pyspark.sql import functions as sf
+
+    return (
+        sf.when(kind == "", error)
+        .when(
+            sf.startswith(error, sf.concat(kind, sf.lit(": "))),
+            sf.substring(error, sf.length(kind) + 3, sf.length(error)),
+        )
+        .otherwise(sf.lit(""))  # the type alone (``StopIteration``)
+    )
+
+
+def top_errors(jobs: DataFrame, limit: int = TOP_ERRORS) -> DataFrame:
+    """Failed attempts per (job type, error type, fingerprint), most frequent first, ``limit`` rows.
+
+    Columns: ``type_name``, ``error_type``, ``fingerprint`` (the group: the error with its
+    values masked), ``example`` (one real error of the group, ``Type: first line``: the
+    latest), ``messages`` (distinct such errors in the group), ``jobs`` (jobs with such a
+    failure), ``attempts`` (failed attempts with it, from the histories; for a job without a
+    history, the attempts it has made so far, the last one failing with it), ``last_seen_at``.
+    The fingerprints of history entries are computed in the executors (Spark SQL); a job
+    without a history has its stored error parsed by :func:`error_signature` once per
+    distinct text.
     """
     from pyspark.sql import functions as sf
 
@@ -160,48 +234,64 @@ def top_errors(jobs: DataFrame, limit: int = TOP_ERRORS) -> DataFrame:
         jobs.where(has_history)
         .select("type_name", "id", sf.explode(entries).alias("e"))
         .where(~sf.col("e.error_type").isin(*NOT_ATTEMPTS))
-        .groupBy("type_name", sf.col("e.error_type").alias("kind"), sf.col("e.message").alias("message"))
-        .agg(
-            sf.count_distinct("id").alias("jobs"),
-            sf.count(sf.lit(1)).alias("attempts"),
-            sf.max("e.at").alias("last_seen_at"),
-        )
-        .withColumn("signature", _udf(entry_signature)(sf.col("kind"), sf.col("message")))
-        .drop("kind", "message")
-    )
-    legacy = (
-        jobs.where(
-            ~has_history & sf.col("last_attempt_error").isNotNull() & (sf.col("status") != "completed")
-        )
-        .groupBy("type_name", "last_attempt_error")
-        .agg(
-            sf.count(sf.lit(1)).alias("jobs"),
-            sf.sum(sf.col("attempt").cast("long")).alias("attempts"),
-            sf.max("last_attempt_at").alias("last_seen_at"),
-        )
-        .withColumn("signature", signature_udf()(sf.col("last_attempt_error")))
-        .drop("last_attempt_error")
-    )
-    # A job is in one of the two sources only, so the sums count each job once.
-    return (
-        kept.unionByName(legacy)
-        .groupBy(
+        .select(
             "type_name",
-            sf.col("signature.error_type").alias("error_type"),
-            sf.col("signature.error").alias("error"),
+            "id",
+            sf.coalesce(sf.col("e.error_type"), sf.lit("")).alias("error_type"),
+            fingerprint_column(sf.col("e.error_type"), sf.col("e.message")).alias("fingerprint"),
+            example_column(sf.col("e.error_type"), sf.col("e.message")).alias("example"),
+            sf.lit(1).cast("long").alias("attempts"),
+            sf.col("e.at").alias("at"),
         )
+    )
+    legacy = jobs.where(
+        ~has_history & sf.col("last_attempt_error").isNotNull() & (sf.col("status") != "completed")
+    )
+    texts = (
+        legacy.select("last_attempt_error")
+        .distinct()
+        .withColumn("signature", signature_udf()(sf.col("last_attempt_error")))
+        .select(
+            "last_attempt_error",
+            sf.col("signature.error_type").alias("__kind"),
+            sf.col("signature.error").alias("__error"),
+        )
+    )
+    parsed = (
+        legacy.select("type_name", "id", "last_attempt_error", "attempt", "last_attempt_at")
+        .join(texts, "last_attempt_error")
+        .select(
+            "type_name",
+            "id",
+            sf.col("__kind").alias("error_type"),
+            fingerprint_column(sf.col("__kind"), _message_of(sf.col("__kind"), sf.col("__error"))).alias(
+                "fingerprint"
+            ),
+            sf.col("__error").alias("example"),
+            sf.col("attempt").cast("long").alias("attempts"),
+            sf.col("last_attempt_at").alias("at"),
+        )
+    )
+    # A job is in one of the two sources only: distinct ids count each job once.
+    return (
+        kept.unionByName(parsed)
+        .groupBy("type_name", "error_type", "fingerprint")
         .agg(
-            sf.sum("jobs").alias("jobs"),
+            sf.max_by("example", sf.struct("at", "example")).alias("example"),
+            sf.count_distinct("example").alias("messages"),
+            sf.count_distinct("id").alias("jobs"),
             sf.sum("attempts").alias("attempts"),
-            sf.max("last_seen_at").alias("last_seen_at"),
+            sf.max("at").alias("last_seen_at"),
         )
-        .orderBy(sf.desc("jobs"), sf.desc("attempts"), "type_name", "error")
+        .orderBy(sf.desc("jobs"), sf.desc("attempts"), "type_name", "fingerprint")
         .limit(limit)
     )
 
 
 __all__ = [
     "ERRORS_NOTE",
+    "example_column",
+    "fingerprint_column",
     "NOT_ATTEMPTS",
     "TOP_ERRORS",
     "entry_signature",

@@ -79,8 +79,11 @@ def format_time(value: Any) -> str:
 
 
 def period_formatter(period: str) -> Callable[[Any], str]:
-    """A period start as a day (``2024-03-01``) or an hour (``2024-03-01 02:00``)."""
-    pattern = "%Y-%m-%d" if period == "day" else "%Y-%m-%d %H:%M"
+    """A period start as a day (``2024-03-01``) or, for shorter periods, the day and the minute
+    it starts (``2024-03-01 02:15``)."""
+    from jobchain_spark.report_periods import parse_period
+
+    pattern = parse_period(period).pattern
     return lambda value: MISSING if _missing(value) else str(pd.Timestamp(value).strftime(pattern))
 
 

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Final
 
+from jobchain_spark.report_periods import parse_period
 from jobchain_spark.tables import ATTEMPT_ERRORS_SCHEMA
 
 if TYPE_CHECKING:
@@ -91,14 +92,16 @@ def finished_per_period(jobs: DataFrame, period: str) -> DataFrame:
     """Per job type and period: jobs that became ``failed`` and ``cancelled`` in it."""
     from pyspark.sql import functions as sf
 
+    bucket = parse_period(period).start
+
     failed = (
         jobs.where((sf.col("status") == "failed") & sf.col("failed_at").isNotNull())
-        .groupBy("type_name", sf.date_trunc(period, "failed_at").alias("period"))
+        .groupBy("type_name", bucket("failed_at").alias("period"))
         .agg(sf.count(sf.lit(1)).alias("failed"))
     )
     cancelled = (
         jobs.where((sf.col("status") == "cancelled") & sf.col("cancelled_at").isNotNull())
-        .groupBy("type_name", sf.date_trunc(period, "cancelled_at").alias("period"))
+        .groupBy("type_name", bucket("cancelled_at").alias("period"))
         .agg(sf.count(sf.lit(1)).alias("cancelled"))
     )
     return failed.join(cancelled, ["type_name", "period"], "full_outer").fillna(0, ["failed", "cancelled"])
@@ -111,7 +114,7 @@ def cancellations(jobs: DataFrame, period: str) -> DataFrame:
 
     return (
         jobs.where((sf.col("status") == "cancelled") & sf.col("cancelled_at").isNotNull())
-        .groupBy("type_name", sf.date_trunc(period, "cancelled_at").alias("period"))
+        .groupBy("type_name", parse_period(period).start("cancelled_at").alias("period"))
         .agg(
             sf.count(sf.lit(1)).alias("cancelled"),
             sf.count(sf.when(sf.col("attempt") > 0, 1)).alias("claimed"),

@@ -36,6 +36,7 @@ from jobchain_spark.report_format import (
     period_formatter,
     text,
 )
+from jobchain_spark.report_periods import parse_period
 
 CHARTS: Final = {
     "activity": "activity.png",
@@ -87,7 +88,7 @@ def write_report(report: Report, out: str | Path) -> Path:
 
 def _columns(period: str) -> dict[str, list[Col]]:
     """The page columns of every table, in order, with their headings."""
-    unit = period.capitalize()
+    unit = parse_period(period).heading
     return {
         "throughput": [
             text("type_name", "Job type"),
@@ -133,7 +134,9 @@ def _columns(period: str) -> dict[str, list[Col]]:
         "errors": [
             text("type_name", "Job type"),
             text("error_type", "Error type"),
-            text("error", "Error"),
+            text("fingerprint", "Error (values masked)"),
+            text("example", "Example message"),
+            count("messages", "Distinct messages"),
             count("jobs", "Jobs"),
             count("attempts", "Failed attempts"),
             Col("last_seen_at", "Last seen (UTC)", format_time),
@@ -206,17 +209,19 @@ def _section(title: str, intro: str, chart: str | None, body: str) -> str:
 
 def render_html(report: Report) -> str:
     """The report page: notes, then one section per chart and table."""
-    t, cols, period = report.tables, _columns(report.period), report.period
+    t, cols = report.tables, _columns(report.period)
+    bucket = parse_period(report.period)
+    per, noun = bucket.per, bucket.noun
 
     def table(name: str, key: str) -> str:
         return _table(t[name], cols[key], name)
 
     sections = [
         _section(
-            f"Activity per {period}",
-            f"Per job type and {period}: jobs started (created), completed, failed (dead letters, by "
+            f"Activity per {per}",
+            f"Per job type and {noun}: jobs started (created), completed, failed (dead letters, by "
             "when they failed), cancelled, with a failed attempt (by when their last failure ended) "
-            f"and the backlog (created, not yet completed, failed or cancelled) at the {period}'s "
+            f"and the backlog (created, not yet completed, failed or cancelled) at the {noun}'s "
             f"end. The {len(t['throughput']):,} rows are in tables/throughput.",
             "activity",
             table("throughput", "throughput"),
@@ -239,8 +244,8 @@ def render_html(report: Report) -> str:
             table("summary", "summary_times"),
         ),
         _section(
-            f"Wait and run time per {period}",
-            f"Wait by the {period} a job was created in, run by the {period} it completed in.",
+            f"Wait and run time per {per}",
+            f"Wait by the {noun} a job was created in, run by the {noun} it completed in.",
             None,
             table("timing", "timing"),
         ),
@@ -252,10 +257,14 @@ def render_html(report: Report) -> str:
         ),
         _section(
             "Top errors",
-            "Grouped by job type and the exception that was raised (its type and the first line "
-            "of its message). Counts the failed and abandoned attempts kept in each job's error "
-            "history (its last 10), including attempts that later succeeded; jobs recorded before "
-            "the history existed count by their last attempt's error, when not completed.",
+            "Grouped by job type and the exception that was raised: its type and the first line "
+            "of its message with ids, numbers, UUIDs, hex strings, times and quoted values masked "
+            "(<id>, <n>, <uuid>, <hex>, <time>, '<v>'), so that errors differing only in such "
+            "values are one group. Each group shows one real message (the latest) and how many "
+            "distinct messages it holds. Counts the failed and abandoned attempts kept in each "
+            "job's error history (its last 10), including attempts that later succeeded; jobs "
+            "recorded before the history existed count by their last attempt's error, when not "
+            "completed.",
             "errors",
             table("errors", "errors"),
         ),
@@ -269,8 +278,8 @@ def render_html(report: Report) -> str:
             table("dead_letters", "dead_letters"),
         ),
         _section(
-            f"Cancellations per {period}",
-            f"Cancelled jobs per job type and the {period} they were cancelled in; had been "
+            f"Cancellations per {per}",
+            f"Cancelled jobs per job type and the {noun} they were cancelled in; had been "
             "claimed: a worker had taken the job at least once (it may have been running).",
             None,
             table("cancellations", "cancellations"),
@@ -310,7 +319,7 @@ def render_html(report: Report) -> str:
     )
     intro = [
         "<h1>jobchain job history</h1>",
-        f"<p>Generated {html.escape(generated_label(report.generated_at))}, per {html.escape(period)}, "
+        f"<p>Generated {html.escape(generated_label(report.generated_at))}, per {html.escape(per)}, "
         f"from {html.escape(', '.join(report.sources))}. Times are UTC.</p>",
         *[f"<p class='note'><em>{html.escape(note)}</em></p>" for note in report.notes],
     ]
