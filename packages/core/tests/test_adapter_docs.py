@@ -35,6 +35,7 @@ import jobchain.errors
 from jobchain.contracts import (
     AnnouncesWithinState,
     Capability,
+    ChecksDelivery,
     CompletesJobsInBatches,
     NotifyAdapter,
     ObservesCallerCommits,
@@ -76,6 +77,7 @@ PROTOCOLS: tuple[type, ...] = (
     ObservesCallerCommits,
     PublishesChainsInBulk,
     AnnouncesWithinState,
+    ChecksDelivery,
     RevokesSessions,
 )
 SPECIFIED: tuple[type, ...] = (StateTx, StateAdapter, CompletesJobsInBatches, RevokesSessions)

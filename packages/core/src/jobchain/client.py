@@ -228,6 +228,8 @@ class Client(ClientLifecycle, ClientControls):
         if self._closed:
             return
         self._closed = True
+        if self._unwatch_delivery is not None:
+            self._unwatch_delivery()
         try:
             await self._joined.close()  # before notify closes: it may still send late wake-ups
             if self.notify is not None:

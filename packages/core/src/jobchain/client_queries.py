@@ -15,8 +15,8 @@ from contextlib import asynccontextmanager
 from datetime import datetime, timedelta
 from typing import Any
 
-from jobchain.contracts.notify import NotifyAdapter
-from jobchain.contracts.observe import Observer
+from jobchain.contracts.notify import ChecksDelivery, NotifyAdapter, NotifyDelivery
+from jobchain.contracts.observe import Event, Observer
 from jobchain.contracts.state import (
     DEFAULT_PAGE_SIZE,
     BlockedJobsList,
@@ -44,6 +44,7 @@ from jobchain.errors import (
     WaitChainTimeoutError,
 )
 from jobchain.job_types import JobType, JobTypes
+from jobchain.polling import POLL_CAP, POLL_FIRST, Backoff, WaitForWake, wait_for_wake
 from jobchain.stats import DURATION_SAMPLE, DURATION_WINDOW, STATS_WINDOWS, QueueStats
 from jobchain.transactions import Transaction
 
@@ -148,6 +149,11 @@ class ClientQueries:
         self.observers = tuple(observers)
         self.clock = clock
         self._closed = False
+        self._wait_for_wake: WaitForWake = wait_for_wake  # between two polls of await_chain (tests swap it)
+        self._waiting: set[asyncio.Event] = set()  # the wake-up events of the await_chain calls running
+        self._unwatch_delivery = (
+            notify.watch_delivery(self._delivery_changed) if isinstance(notify, ChecksDelivery) else None
+        )
 
     def _now(self) -> datetime | None:
         return self.clock() if self.clock is not None else None
@@ -370,11 +376,14 @@ class ClientQueries:
         """Wait until the chain is completed and return it.
 
         Wakes on the chain-finished notification and re-checks every ``poll_interval``
-        seconds in case a notification is lost. As soon as the chain is failed it raises
-        ChainFailedError (``job``: its failed last job, ``error``: that job's last error), as
-        soon as it is cancelled ChainCancelledError (``job``, ``reason``). Raises
-        WaitChainTimeoutError after ``timeout`` seconds, ChainNotFoundError if the chain does
-        not exist (or is deleted while waiting); cancelling the caller cancels the wait.
+        seconds in case a notification is lost. When no notification can wake it (no notify
+        backend, listening failed, or the backend's delivery self-check reports it degraded)
+        it polls instead: 50 ms, doubling to at most 1 s (or ``poll_interval`` if shorter).
+        As soon as the chain is failed it raises ChainFailedError (``job``: its failed last
+        job, ``error``: that job's last error), as soon as it is cancelled
+        ChainCancelledError (``job``, ``reason``). Raises WaitChainTimeoutError after
+        ``timeout`` seconds, ChainNotFoundError if the chain does not exist (or is deleted
+        while waiting); cancelling the caller cancels the wait.
         """
         chain_id = validate_id(chain_id)
         timeout = positive_seconds("timeout", timeout)
@@ -391,6 +400,8 @@ class ClientQueries:
                 logger.warning(
                     "await_chain: cannot listen for chain completion; polling instead", exc_info=True
                 )
+        backoff = Backoff(POLL_FIRST, min(POLL_CAP, poll_interval))
+        self._waiting.add(woken)  # a delivery that turns degraded wakes it: it then polls
         try:
             async with asyncio.timeout(timeout):
                 while True:
@@ -405,19 +416,80 @@ class ClientQueries:
                         raise ChainFailedError(chain_id, chain.last, chain.last.last_attempt_error)
                     if status is JobStatus.CANCELLED:
                         raise ChainCancelledError(chain_id, chain.last, chain.last.cancel_reason)
-                    try:
-                        async with asyncio.timeout(poll_interval):
-                            await woken.wait()
-                    except TimeoutError:
-                        pass
+                    if unsubscribe is not None and not self._notify_degraded():
+                        backoff.reset()  # notifications work: the completion wakes the wait
+                        await self._wait_for_wake(woken, poll_interval)
+                    elif await self._wait_for_wake(woken, backoff.next()):
+                        backoff.reset()
         except TimeoutError:
             raise WaitChainTimeoutError(chain_id, timeout) from None
         finally:
+            self._waiting.discard(woken)
             if unsubscribe is not None:
                 try:
                     await unsubscribe()
                 except Exception:
                     logger.warning("await_chain: unsubscribe failed", exc_info=True)
+
+    # ------------------------------------------------------------ notify delivery
+
+    def _notify_degraded(self) -> bool:
+        """True when the notify backend's own delivery self-check says notifications are lost."""
+        notify = self.notify
+        return isinstance(notify, ChecksDelivery) and notify.degraded
+
+    async def check_notify_delivery(self) -> NotifyDelivery:
+        """Check now whether notifications reach their listeners (``jobchain health --check-notify``).
+
+        With a backend that checks its own delivery (``ChecksDelivery``: PostgreSQL
+        LISTEN/NOTIFY), it runs that check: a probe published and awaited on the backend's
+        own subscription. Other backends are reported as not checked; without a notify
+        backend, ``configured`` is False. Never raises for a failed check: that is
+        ``degraded`` with its ``reason``.
+        """
+        self._check_open()
+        return await check_delivery_of(self.notify)
+
+    def _delivery_changed(self, degraded: bool, reason: str | None) -> None:
+        """The notify backend's self-check changed its verdict: tell the observers once, and
+        wake the waits of ``await_chain`` when notifications stopped (they then poll)."""
+        if degraded:
+            for woken in self._waiting:
+                woken.set()
+        attributes: dict[str, Any] = {"notify.adapter": type(self.notify).__name__}
+        if degraded:
+            attributes["reason"] = reason
+        event = Event("notify_degraded" if degraded else "notify_recovered", attributes)
+        for observer in self.observers:
+            try:
+                observer.on_event(event)
+            except Exception:
+                logger.exception("observer %r failed on event %s", observer, event.name)
+
+
+async def check_delivery_of(notify: NotifyAdapter | None) -> NotifyDelivery:
+    """What :meth:`ClientQueries.check_notify_delivery` reports for ``notify`` (checked now)."""
+    if notify is None:
+        return NotifyDelivery(
+            configured=False,
+            checked=False,
+            degraded=False,
+            reason="no notify backend: workers and await_chain poll",
+        )
+    if not isinstance(notify, ChecksDelivery):
+        return NotifyDelivery(
+            configured=True,
+            checked=False,
+            degraded=False,
+            reason=f"{type(notify).__name__} has no delivery self-check",
+        )
+    await notify.check_delivery()
+    return NotifyDelivery(
+        configured=True,
+        checked=True,
+        degraded=notify.degraded,
+        reason=notify.degraded_reason if notify.degraded else None,
+    )
 
 
 def _aware(name: str, value: datetime | None) -> datetime | None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import uuid
 
 import pytest
 
@@ -75,3 +76,62 @@ def test_unreadable_state_exits_3(tmp_path: object) -> None:
 def test_bad_thresholds_are_usage_errors(shop: Shop) -> None:
     assert cli(shop.url, "health", "--max-oldest-due-age", "soon").exit_code == 2
     assert cli(shop.url, "health", "--max-failed", "-1").exit_code == 2
+
+
+# ---------------------------------------------------------------- --check-notify (issue 36, deliver 7)
+
+
+@pytest.fixture
+def notify_url(postgres_server: str) -> str:
+    """The PostgreSQL server as a notify backend, on channels of this test alone."""
+    prefix = f"jc_{uuid.uuid4().hex[:12]}"
+    return (
+        f"{postgres_server}{'&' if '?' in postgres_server else '?'}channel_prefix={prefix}&probe_timeout=10"
+    )
+
+
+def test_check_notify_runs_the_postgres_delivery_self_check(empty_url: str, notify_url: str) -> None:
+    result = cli(empty_url, "health", "--check-notify", "--notify", notify_url)
+    assert result.exit_code == 0, result.output
+    assert "ok   notify_delivery: delivered: the probe notification came back" in result.stdout
+    assert result.stdout.splitlines()[-1] == "healthy"
+
+
+def test_check_notify_in_json(empty_url: str, notify_url: str) -> None:
+    result = cli(empty_url, "health", "--check-notify", "--notify", notify_url, "--max-failed", "0", "--json")
+    assert result.exit_code == 0, result.output
+    checks = {c["name"]: c for c in json.loads(result.stdout)["checks"]}
+    assert list(checks) == ["failed", "notify_delivery"]
+    assert (checks["notify_delivery"]["ok"], checks["notify_delivery"]["value"]) == (True, 0)
+
+
+def test_an_unreachable_notify_backend_fails_the_check(empty_url: str) -> None:
+    result = cli(empty_url, "health", "--check-notify", "--notify", "postgresql://postgres@127.0.0.1:1/test")
+    assert result.exit_code == 1, result.output
+    assert "FAIL notify_delivery: degraded: cannot open the notify backend (" in result.stdout
+    assert result.stdout.splitlines()[-1] == "unhealthy: notify_delivery"
+
+
+def test_a_notify_backend_without_a_self_check_is_not_checked(empty_url: str) -> None:
+    result = cli(empty_url, "health", "--check-notify", "--notify", "memory://")
+    assert result.exit_code == 0, result.output
+    assert (
+        "ok   notify_delivery: not checked: MemoryNotifyAdapter has no delivery self-check" in result.stdout
+    )
+
+
+def test_check_notify_without_a_notify_backend_is_a_usage_error(empty_url: str) -> None:
+    result = cli(empty_url, "health", "--check-notify")  # JOBCHAIN_NOTIFY_URL=none
+    assert result.exit_code == 2, result.output
+    assert "--check-notify needs a notify backend" in result.output
+
+
+def test_a_degraded_delivery_fails_the_check() -> None:
+    from jobchain.cli.health import notify_check
+    from jobchain.contracts import NotifyDelivery
+
+    check = notify_check(
+        NotifyDelivery(configured=True, checked=True, degraded=True, reason="no probe within 2 s")
+    )
+    assert (check.name, check.ok, check.value, check.threshold) == ("notify_delivery", False, 1, 0)
+    assert check.detail == "degraded: no probe within 2 s; workers and await_chain fall back to polling"

@@ -8,10 +8,12 @@ adapter that multiplexes every listener (see :mod:`jobchain_postgres._listener`)
 There are no wake hints: every listening worker re-queries, which SKIP LOCKED makes cheap, so
 ``consume_wake_hint`` always answers True and the adapter does not declare WAKE_HINTS.
 
-Delivery self-check: whenever the LISTEN connection (re)connects, a probe notification is sent
-on ``{prefix}_probe``. If it does not come back within ``probe_timeout`` (for example behind a
-transaction-pooling proxy that drops LISTEN), the adapter logs one warning and reports
-``degraded``; workers keep working by polling.
+Delivery self-check (``ChecksDelivery``): whenever the LISTEN connection (re)connects, and on
+``check_delivery()``, a probe notification is sent on ``{prefix}_probe``. If it does not come
+back within ``probe_timeout`` (for example behind a transaction-pooling proxy that drops
+LISTEN), the adapter logs one warning and reports ``degraded``; workers keep working by
+polling. A check with no listener registered LISTENs for its own probe (no false alarm), and
+the watchers of ``watch_delivery`` hear each change of ``degraded`` once.
 """
 
 from __future__ import annotations
@@ -20,14 +22,14 @@ import asyncio
 import contextlib
 import logging
 import uuid
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Final
 
 import psycopg
 
 from jobchain.contracts.capabilities import Capability
-from jobchain.contracts.notify import Listener, Unsubscribe
+from jobchain.contracts.notify import DeliveryWatcher, Listener, Unsubscribe
 from jobchain.url import BackendURL
 from jobchain_postgres._listener import ListenConnection
 from jobchain_postgres.errors import closed, translated, unreachable
@@ -129,10 +131,11 @@ class PostgresNotifyAdapter:
         self._publish_lock = asyncio.Lock()
         self._outbox: list[tuple[str, str, asyncio.Future[None] | _AllSent]] = []
         self._sender: asyncio.Task[None] | None = None
-        self._probe_token: str | None = None
-        self._probe_arrived = asyncio.Event()
+        self._probes: dict[str, asyncio.Future[None]] = {}  # token -> its check's arrival
         self._probe_task: asyncio.Task[None] | None = None
         self._degraded = False
+        self._degraded_reason: str | None = None
+        self._watchers: list[DeliveryWatcher] = []
         self._warned = False
         self._closed = False
 
@@ -161,8 +164,13 @@ class PostgresNotifyAdapter:
 
     @property
     def degraded(self) -> bool:
-        """True when the delivery self-check failed: notifications do not arrive, workers poll."""
+        """True when the last delivery self-check failed: notifications do not arrive, workers poll."""
         return self._degraded
+
+    @property
+    def degraded_reason(self) -> str | None:
+        """Why the last self-check failed (``no probe within 2 s``, …); None while not degraded."""
+        return self._degraded_reason
 
     @property
     def listening(self) -> bool:
@@ -289,13 +297,7 @@ class PostgresNotifyAdapter:
         subscription = _Subscription(channel, keys, listener)
         async with self._changes:
             self._check_open()
-            if not self._listen.running:
-                try:
-                    with translated():
-                        await self._listen.start()
-                except BaseException:
-                    await self._listen.stop()
-                    raise
+            await self._start_listening()
             by_key = self._subscriptions[channel]
             for key in keys:
                 by_key.setdefault(key, []).append(subscription)
@@ -322,6 +324,16 @@ class PostgresNotifyAdapter:
             if self._count == 0:
                 await self._stop_listening()
 
+    async def _start_listening(self) -> None:
+        """Open the LISTEN connection unless it runs (called holding ``_changes``)."""
+        if not self._listen.running:
+            try:
+                with translated():
+                    await self._listen.start()
+            except BaseException:
+                await self._listen.stop()
+                raise
+
     async def _stop_listening(self) -> None:
         if self._probe_task is not None:
             self._probe_task.cancel()
@@ -330,8 +342,9 @@ class PostgresNotifyAdapter:
 
     def _dispatch(self, channel: str, payload: str) -> None:
         if channel == self._probe_channel:
-            if payload == self._probe_token:
-                self._probe_arrived.set()
+            arrived = self._probes.get(payload)
+            if arrived is not None and not arrived.done():
+                arrived.set_result(None)
             return
         suffix = self._suffix_of.get(channel)
         if suffix is None:
@@ -356,40 +369,104 @@ class PostgresNotifyAdapter:
         )
 
     async def _probe(self) -> None:
+        # The probe of a (re)connect: the LISTEN connection is up and held by its listeners
+        # (stopping it cancels this task), so it only checks, holding nothing.
         with contextlib.suppress(Exception):
-            await self.check_delivery()
+            await self._run_check()
 
     async def check_delivery(self) -> bool:
         """Send a probe notification and wait for it on the LISTEN connection (self-check).
 
         Runs by itself whenever the LISTEN connection (re)connects. Returns False, logs one
         warning per adapter and sets ``degraded`` when the probe does not arrive within
-        ``probe_timeout`` (workers then rely on polling); True clears ``degraded``.
+        ``probe_timeout`` (workers then rely on polling); True clears ``degraded``. With no
+        listener registered it opens the LISTEN connection for its own probe and closes it
+        afterwards, so nothing listening is never mistaken for notifications being lost.
+        Watchers (:meth:`watch_delivery`) hear each change of ``degraded`` once.
         """
         self._check_open()
+        # Held like a listener for the check's duration: a last listener leaving meanwhile
+        # does not close the connection the probe must arrive on.
+        async with self._changes:
+            self._check_open()
+            try:
+                await self._start_listening()
+            except Exception as error:
+                return self._failed(f"cannot LISTEN: {error}", warn=True)
+            self._count += 1
+        try:
+            return await self._run_check()
+        finally:
+            async with self._changes:
+                if not self._closed:
+                    self._count -= 1
+                    if self._count == 0:
+                        await self._stop_listening()
+
+    async def _run_check(self) -> bool:
+        """Publish one probe and wait for it; record the verdict (the LISTEN connection runs)."""
+        if not self._listen.connected:
+            # Between a drop and the reconnect nothing is delivered; the reconnect probes again.
+            return self._failed("the LISTEN connection is down (reconnecting)", warn=False)
         token = uuid.uuid4().hex
-        self._probe_token = token
-        self._probe_arrived.clear()
+        arrived: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self._probes[token] = arrived
         try:
             await self._publish(self._probe_channel, token)
-            await asyncio.wait_for(self._probe_arrived.wait(), self.options.probe_timeout)
+            await asyncio.wait_for(arrived, self.options.probe_timeout)
+        except TimeoutError:
+            if not self._listen.connected:
+                return self._failed("the LISTEN connection is down (reconnecting)", warn=False)
+            return self._failed(f"no probe within {self.options.probe_timeout:g} s", warn=True)
         except Exception as error:
-            self._degraded = True
-            if not self._warned:
-                self._warned = True
-                log.warning(
-                    "jobchain LISTEN/NOTIFY self-check failed on %s (%s): notifications are not delivered, "
-                    "workers fall back to polling. A transaction-pooling proxy (PgBouncer in transaction "
-                    "mode) drops LISTEN; point the notify URL at PostgreSQL directly or use another "
-                    "notify backend.",
-                    self._display,
-                    f"no probe within {self.options.probe_timeout:g} s"
-                    if isinstance(error, TimeoutError)
-                    else error,
-                )
-            return False
-        self._degraded = False
+            if self._closed:
+                raise  # closed while probing: no verdict
+            return self._failed(f"probe not sent: {error}", warn=True)
+        finally:
+            del self._probes[token]
+            if arrived.done() and not arrived.cancelled():
+                arrived.exception()  # retrieved: close() may have failed it after this check ended
+        self._set_delivery(degraded=False, reason=None)
         return True
+
+    def _failed(self, reason: str, *, warn: bool) -> bool:
+        if warn and not self._warned:
+            self._warned = True
+            log.warning(
+                "jobchain LISTEN/NOTIFY self-check failed on %s (%s): notifications are not delivered, "
+                "workers fall back to polling. A transaction-pooling proxy (PgBouncer in transaction "
+                "mode) drops LISTEN; point the notify URL at PostgreSQL directly or use another "
+                "notify backend.",
+                self._display,
+                reason,
+            )
+        self._set_delivery(degraded=True, reason=reason)
+        return False
+
+    def _set_delivery(self, *, degraded: bool, reason: str | None) -> None:
+        changed = degraded != self._degraded
+        self._degraded = degraded
+        self._degraded_reason = reason
+        if not changed:
+            return
+        for watcher in list(self._watchers):
+            try:
+                watcher(degraded, reason)
+            except Exception:
+                log.exception("jobchain delivery watcher %r failed; other watchers still run", watcher)
+
+    def watch_delivery(self, watcher: DeliveryWatcher) -> Callable[[], None]:
+        """Call ``watcher(degraded, reason)`` on each change of ``degraded`` (not on every check).
+
+        Returns an unwatch, safe to call twice. A watcher that raises is logged and ignored.
+        """
+        self._watchers.append(watcher)
+
+        def unwatch() -> None:
+            with contextlib.suppress(ValueError):
+                self._watchers.remove(watcher)
+
+        return unwatch
 
     # ------------------------------------------------------------ wake hints (not tracked)
 
@@ -409,6 +486,9 @@ class PostgresNotifyAdapter:
         if self._closed:
             return
         self._closed = True
+        for arrived in self._probes.values():  # a check in flight ends now, without a verdict
+            if not arrived.done():
+                arrived.set_exception(closed())
         async with self._changes:
             for by_key in self._subscriptions.values():
                 for entries in by_key.values():

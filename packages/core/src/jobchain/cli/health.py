@@ -3,6 +3,8 @@
 Exit codes: 0 every check passed; 1 at least one threshold is crossed (each failed check
 is printed); 2 invalid options; 3 the state backend could not be read (unreachable,
 not migrated, bad URL). With no threshold it only checks that the state backend answers.
+``--check-notify`` also runs the notify backend's delivery self-check (a notify backend that
+cannot be opened fails that check, exit 1).
 """
 
 from __future__ import annotations
@@ -14,10 +16,21 @@ from typing import Any
 
 import click
 
-from jobchain.cli.common import DURATION, json_option, open_client, run, short_duration, state_option
+from jobchain.cli.common import (
+    DURATION,
+    json_option,
+    notify_option,
+    one_line,
+    open_client,
+    run,
+    short_duration,
+    state_option,
+)
 from jobchain.cli.listing import names
 from jobchain.cli.render import emit_json
+from jobchain.contracts.notify import NotifyDelivery
 from jobchain.entities import WorkerInfo, WorkerState
+from jobchain.errors import JobchainError
 from jobchain.stats import QueueStats
 
 EXIT_HEALTHY = 0
@@ -121,6 +134,45 @@ def live_worker_check(workers: Sequence[WorkerInfo], types: Sequence[str]) -> Ch
     )
 
 
+def notify_check(delivery: NotifyDelivery) -> Check:
+    """Notifications reach their listeners (the notify backend's self-check, when it has one).
+
+    ``value`` is 1 when delivery is degraded (or the backend cannot be opened), 0 when the
+    probe came back, None when the backend has no self-check: the check then passes, as
+    nothing says delivery is broken.
+    """
+    if delivery.degraded:
+        detail = f"degraded: {delivery.reason}; workers and await_chain fall back to polling"
+    elif not delivery.checked:
+        detail = f"not checked: {delivery.reason}"
+    else:
+        detail = "delivered: the probe notification came back"
+    value = 1 if delivery.degraded else (0 if delivery.checked else None)
+    return Check(name="notify_delivery", ok=not delivery.degraded, value=value, threshold=0, detail=detail)
+
+
+async def notify_delivery(notify: str | None) -> NotifyDelivery:
+    """Open the notify backend (``--notify``, else ``$JOBCHAIN_NOTIFY_URL``) and check its delivery."""
+    from jobchain.client_queries import check_delivery_of
+    from jobchain.connect_backends import open_notify, resolve_notify_url
+
+    try:
+        resolved = resolve_notify_url(notify)
+        if resolved is None:
+            raise click.UsageError(
+                "--check-notify needs a notify backend: pass --notify URL or set JOBCHAIN_NOTIFY_URL"
+            )
+        adapter = await open_notify(resolved)
+    except JobchainError as exc:
+        reason = f"cannot open the notify backend ({one_line(exc)})"
+        return NotifyDelivery(configured=True, checked=False, degraded=True, reason=reason)
+    assert adapter is not None  # resolved to a backend above
+    try:
+        return await check_delivery_of(adapter)
+    finally:
+        await adapter.close()
+
+
 @click.command("health")
 @click.option(
     "--max-oldest-due-age",
@@ -140,16 +192,25 @@ def live_worker_check(workers: Sequence[WorkerInfo], types: Sequence[str]) -> Ch
 @click.option(
     "--require-live-worker", is_flag=True, help="Fail when no worker is running (with --type: for each type)."
 )
+@click.option(
+    "--check-notify",
+    is_flag=True,
+    help="Fail when notifications are not delivered (the notify backend's self-check: "
+    "PostgreSQL LISTEN/NOTIFY publishes a probe and waits for it).",
+)
 @click.option("--type", "types", multiple=True, metavar="NAME", help="Only these job types (repeatable).")
 @state_option
+@notify_option
 @json_option
 def health_command(
     max_oldest_due_age: timedelta | None,
     max_failed: int | None,
     max_expired_leases: int | None,
     require_live_worker: bool,
+    check_notify: bool,
     types: tuple[str, ...],
     state: str | None,
+    notify: str | None,
     as_json: bool,
 ) -> None:
     """Check queue health against thresholds; exit 0 healthy, 1 unhealthy, 3 state unreadable."""
@@ -161,14 +222,17 @@ def health_command(
     )
     wanted = names(types)
 
-    async def main() -> tuple[QueueStats, list[WorkerInfo]]:
+    async def main() -> tuple[QueueStats, list[WorkerInfo], NotifyDelivery | None]:
         async with open_client(state) as client:
             stats = await client.queue_stats(type_names=wanted)
             workers = await client.list_workers(states=["running"]) if require_live_worker else []
-            return stats, workers
+        delivery = await notify_delivery(notify) if check_notify else None
+        return stats, workers, delivery
 
-    stats, workers = run(main(), state=state, exit_code=EXIT_UNREADABLE)
+    stats, workers, delivery = run(main(), state=state, exit_code=EXIT_UNREADABLE)
     checks = evaluate(stats, workers, limits, wanted)
+    if delivery is not None:
+        checks.append(notify_check(delivery))
     healthy = all(check.ok for check in checks)
     if as_json:
         document: dict[str, Any] = {

@@ -38,8 +38,11 @@ from jobchain.contracts.listings import (
 )
 from jobchain.contracts.notify import (
     AnnouncesWithinState,
+    ChecksDelivery,
+    DeliveryWatcher,
     Listener,
     NotifyAdapter,
+    NotifyDelivery,
     PublishesChainsInBulk,
     Unsubscribe,
 )
@@ -144,6 +147,9 @@ __all__ = [
     "Unsubscribe",
     "PublishesChainsInBulk",
     "AnnouncesWithinState",
+    "ChecksDelivery",
+    "DeliveryWatcher",
+    "NotifyDelivery",
     # observability
     "Event",
     "Observer",

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass
 from typing import Protocol, runtime_checkable
 
 from jobchain.contracts.capabilities import Capability
@@ -70,3 +71,52 @@ class AnnouncesWithinState(Protocol):
         """The channel ``state``'s transactions may announce scheduled jobs on (its payload
         is the job type name), or None when ``state`` cannot reach this adapter's listeners."""
         ...
+
+
+DeliveryWatcher = Callable[[bool, str | None], None]
+"""Called with ``(degraded, reason)`` each time a delivery self-check changes the state:
+``(True, "no probe within 2 s")`` when delivery stopped, ``(False, None)`` when it is back."""
+
+
+@runtime_checkable
+class ChecksDelivery(Protocol):
+    """Optional: a notify adapter that checks its own delivery end to end (a probe it
+    publishes and waits for on its own subscription), e.g. PostgreSQL LISTEN/NOTIFY behind a
+    transaction-pooling proxy that silently drops LISTEN.
+
+    ``degraded`` is the last check's verdict (False before any check): True means
+    notifications are not arriving, so workers and ``await_chain`` must poll. A check never
+    reports degraded just because nothing listens: it listens for its own probe. Watchers
+    hear each change once (not every check); a watcher that raises is logged and ignored.
+    The client turns changes into ``notify_degraded`` / ``notify_recovered`` events.
+    """
+
+    @property
+    def degraded(self) -> bool: ...
+
+    @property
+    def degraded_reason(self) -> str | None:
+        """Why the last check failed (None while not degraded)."""
+        ...
+
+    async def check_delivery(self) -> bool:
+        """Run the check now: True when the probe came back (clears ``degraded``)."""
+        ...
+
+    def watch_delivery(self, watcher: DeliveryWatcher) -> Callable[[], None]:
+        """Call ``watcher`` on every change of ``degraded``; returns an idempotent unwatch."""
+        ...
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class NotifyDelivery:
+    """What ``client.check_notify_delivery()`` found (``jobchain health --check-notify``)."""
+
+    configured: bool
+    """A notify backend is configured (False: workers and ``await_chain`` only poll)."""
+    checked: bool
+    """The backend checked its delivery just now (it has the ``ChecksDelivery`` ability)."""
+    degraded: bool
+    """Notifications do not arrive: workers and ``await_chain`` fall back to polling."""
+    reason: str | None
+    """Why it is degraded, or why nothing was checked; None when delivery works."""

@@ -5,7 +5,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from datetime import datetime
 
 from jobchain.client import Client
@@ -21,6 +21,7 @@ from jobchain.errors import (
     TransactionRequiredError,
     WaitChainTimeoutError,
 )
+from jobchain.polling import SYNC_POLL_FIRST, Backoff
 from jobchain.sync._loop import FLUSH_TIMEOUT, NotifyLoop
 from jobchain.sync.drive import drive, refuse_in_event_loop
 from jobchain.sync.transaction import SyncTransaction
@@ -36,6 +37,8 @@ class SyncReads:
         self._client = client
         self._loop = loop
         self._closed = False
+        self._wait_for_wake: Callable[[threading.Event, float], bool] = threading.Event.wait
+        """Between two polls of await_chain: waits until woken or the seconds pass (tests swap it)."""
 
     def _enter(self, name: str) -> None:
         refuse_in_event_loop(f"SyncClient.{name}()")
@@ -191,10 +194,11 @@ class SyncReads:
     ) -> Chain:
         """Block until the chain is completed and return it.
 
-        Re-reads the chain with a backoff from 10 ms up to ``poll_interval`` seconds, and at
-        once when notify reports the chain finished. Raises ChainFailedError,
-        ChainCancelledError, ChainNotFoundError and, after ``timeout`` seconds,
-        WaitChainTimeoutError, like :meth:`jobchain.Client.await_chain`.
+        Re-reads the chain with a backoff from 10 ms doubling up to ``poll_interval`` seconds
+        (1 s by default), with or without a notify backend, and at once when notify reports
+        the chain finished. Raises ChainFailedError, ChainCancelledError, ChainNotFoundError
+        and, after ``timeout`` seconds, WaitChainTimeoutError, like
+        :meth:`jobchain.Client.await_chain`.
         """
         self._enter("await_chain")
         chain_id = validate_id(chain_id)
@@ -203,7 +207,7 @@ class SyncReads:
         deadline = time.monotonic() + timeout
         woken = threading.Event()
         unsubscribe = self._listen_completed(chain_id, woken)
-        delay = min(0.01, poll_interval)
+        backoff = Backoff(SYNC_POLL_FIRST, poll_interval)
         try:
             while True:
                 woken.clear()
@@ -220,8 +224,7 @@ class SyncReads:
                 remaining = deadline - time.monotonic()
                 if remaining <= 0:
                     raise WaitChainTimeoutError(chain_id, timeout)
-                woken.wait(min(delay, remaining))
-                delay = min(delay * 2, poll_interval)
+                self._wait_for_wake(woken, min(backoff.next(), remaining))
         finally:
             if unsubscribe is not None:
                 self._unlisten(unsubscribe)
