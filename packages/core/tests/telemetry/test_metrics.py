@@ -135,7 +135,7 @@ async def test_queue_gauges_report_the_sampled_queue_stats(metric_reader: Reader
     assert _sums(reader, "jobchain.queue.expired_leases") == {"queued": 0}
 
 
-async def test_only_the_oldest_running_worker_of_a_name_samples(metric_reader: Reader) -> None:
+async def test_per_name_only_the_oldest_running_worker_of_a_name_samples(metric_reader: Reader) -> None:
     provider, _reader = metric_reader
     types = JobTypes()
     noop = types.define("noop", input=None, output=None, entry=True)
@@ -154,7 +154,7 @@ async def test_only_the_oldest_running_worker_of_a_name_samples(metric_reader: R
     await wait_until(lambda: registered(1), "the first worker's registration")
     async with second, other:
         await wait_until(lambda: registered(3), "three registrations")
-        samplers = [QueueStatsSampler(client, w) for w in (first, second, other)]
+        samplers = [QueueStatsSampler(client, w, reporter="name") for w in (first, second, other)]
         samples = [await s.sample_once() for s in samplers]
         # One per name: the fleet's first worker, and the only "other" worker.
         assert [s is not None for s in samples] == [True, False, True]

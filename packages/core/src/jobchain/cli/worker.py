@@ -22,12 +22,15 @@ from jobchain.worker.retention import Retention
 
 if TYPE_CHECKING:
     from jobchain.telemetry.prometheus import MetricsServer, PrometheusMetrics
+    from jobchain.telemetry.sampler import Reporter
 
 DURATION_UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
 DAY_SECONDS = 86400.0
 """The longest --poll-interval: a worker that polls less often than daily is waiting for nothing."""
 HOUR_SECONDS = 3600.0
 """The longest --heartbeat-interval: rescue takes a few of them."""
+QUEUE_GAUGES = ("cluster", "name", "off")
+"""--queue-gauges: the sampler's reporter (jobchain.telemetry.sampler), or no sampler."""
 
 
 def parse_duration(text: str, option: str) -> timedelta:
@@ -165,14 +168,16 @@ async def run_worker(
     retention: Retention | None = None,
     metrics_port: int | None = None,
     metrics_host: str = "127.0.0.1",
+    queue_gauges: str = "cluster",
 ) -> None:
     """Run a worker until SIGINT/SIGTERM, or until it stops on its own error (raised here).
 
     ``migrate`` applies the state backend's migrations first, with the adapter's own
     ``migrate()`` — what ``jobchain migrate`` runs. ``metrics_port`` serves the Prometheus
-    metrics of ``jobchain.telemetry.prometheus`` there (queue gauges sampled by one worker of
-    the same ``name``), on ``metrics_host``: loopback by default, as the endpoint has no
-    authentication.
+    metrics of ``jobchain.telemetry.prometheus`` there, on ``metrics_host``: loopback by
+    default, as the endpoint has no authentication. ``queue_gauges`` says who exports the
+    queue gauges: ``cluster`` (the oldest running worker of the registry), ``name`` (the
+    oldest of each worker name) or ``off`` (this worker never does).
     """
     from jobchain.client import connect
     from jobchain.worker.loop import Worker
@@ -205,7 +210,10 @@ async def run_worker(
                 retention=retention,
                 **liveness,
             )
-            sampler = metrics.sample_queue(worker) if metrics is not None else None
+            sampler = None
+            if metrics is not None and queue_gauges != "off":
+                reporter: Reporter = "name" if queue_gauges == "name" else "cluster"
+                sampler = metrics.sample_queue(worker, reporter=reporter)
             await worker.start()
             if sampler is not None:
                 sampler.start()
@@ -344,6 +352,15 @@ GENERIC_HINT = "run `jobchain migrate --state URL` (or `await adapter.migrate()`
         "authentication: open it only where what can reach it may read every metric."
     ),
 )
+@click.option(
+    "--queue-gauges",
+    default=None,
+    type=click.Choice(QUEUE_GAUGES),
+    help=(
+        "Who exports the queue gauges: cluster, the oldest running worker of the registry (one "
+        "per cluster); name, the oldest of each --name; off, not this worker [default: cluster]."
+    ),
+)
 @click.option("--log-level", default="INFO", show_default=True)
 @click.option(
     "--migrate",
@@ -370,10 +387,13 @@ def worker_command(
     retain_cancelled: str | None,
     metrics_port: int | None,
     metrics_host: str,
+    queue_gauges: str | None,
     log_level: str,
     migrate: bool,
 ) -> None:
     """Run a worker for the processors at TARGET (MODULE:ATTRIBUTE) until SIGINT/SIGTERM."""
+    if queue_gauges is not None and metrics_port is None:
+        raise click.UsageError("--queue-gauges needs --metrics-port (the gauges are exported there)")
     logging.basicConfig(level=log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     try:
         obj, module = load_object(target)
@@ -401,6 +421,7 @@ def worker_command(
                 retention=retention,
                 metrics_port=metrics_port,
                 metrics_host=metrics_host,
+                queue_gauges=queue_gauges or "cluster",
             ),
             loop_name,
         )

@@ -8,7 +8,7 @@ every backend:
 * :class:`OpenTelemetryMetrics` (``jobchain[otel]``) and
   :class:`jobchain.telemetry.prometheus.PrometheusMetrics` (``jobchain[prometheus]``): the
   metrics of :data:`jobchain.telemetry.names.METRICS`; the queue gauges come from
-  ``client.queue_stats()``, sampled by one worker of the fleet (see :mod:`.sampler`).
+  ``client.queue_stats()``, sampled by one reporter for the cluster (see :mod:`.sampler`).
 
 Guide: docs/guides/observability.md.
 """
@@ -26,7 +26,7 @@ if not (has_module("opentelemetry") or has_module("prometheus_client")):
     )
 
 from jobchain.telemetry.recorder import MetricsObserver
-from jobchain.telemetry.sampler import DEFAULT_SAMPLE_INTERVAL, QueueStatsSampler
+from jobchain.telemetry.sampler import DEFAULT_SAMPLE_INTERVAL, QueueStatsSampler, Reporter
 
 if TYPE_CHECKING:
     from jobchain.telemetry.otel_metrics import OpenTelemetryMetrics
@@ -55,5 +55,6 @@ __all__ = [
     "MissingExtraError",
     "OpenTelemetryMetrics",
     "QueueStatsSampler",
+    "Reporter",
     "Tracing",
 ]

@@ -16,7 +16,7 @@ from jobchain.contracts.state import JobCreated, NewJob
 from jobchain.entities import Job, JobStatus
 from jobchain.stats import QueueStats
 from jobchain.telemetry import names
-from jobchain.telemetry.sampler import DEFAULT_SAMPLE_INTERVAL, QueueStatsSampler
+from jobchain.telemetry.sampler import DEFAULT_SAMPLE_INTERVAL, QueueStatsSampler, Reporter
 from jobchain.worker.abort import AbortReason
 
 if TYPE_CHECKING:
@@ -177,7 +177,7 @@ class MetricsObserver:
     # ------------------------------------------------------------ queue gauges
 
     def queue_stats(self) -> QueueStats | None:
-        """The current sample of the first elected sampler of this process, if any."""
+        """The current sample of the first elected sampler of this observer, if any."""
         for sampler in self.samplers:
             latest = sampler.latest
             if latest is not None:
@@ -190,13 +190,20 @@ class MetricsObserver:
         return [] if stats is None else gauge_values(metric, stats)
 
     def sample_queue(
-        self, worker: Worker | Client, *, interval: float = DEFAULT_SAMPLE_INTERVAL
+        self,
+        worker: Worker | Client,
+        *,
+        interval: float = DEFAULT_SAMPLE_INTERVAL,
+        reporter: Reporter | None = None,
     ) -> QueueStatsSampler:
         """A sampler feeding this observer's queue gauges, for ``worker`` (see :mod:`.sampler`).
 
-        Attaches this observer to the worker's client if it is not there yet. Pass a client
-        instead of a worker in a process that runs no worker: it then always samples. Start
-        it with ``async with`` (or ``start()``) once the worker runs.
+        ``reporter``: ``"cluster"`` (default) reports only while ``worker`` is the oldest
+        running worker of the registry, ``"name"`` the oldest of its name, ``"always"`` at
+        every tick. Attaches this observer to the worker's client if it is not there yet.
+        Pass a client instead of a worker in a process that runs no worker: it is not in the
+        registry, so it always reports. Start it with ``async with`` (or ``start()``) once
+        the worker runs.
         """
         from jobchain.client import Client
 
@@ -205,7 +212,7 @@ class MetricsObserver:
         else:
             client, owner = worker.client, worker
         attach(client, self)
-        sampler = QueueStatsSampler(client, owner, interval=interval)
+        sampler = QueueStatsSampler(client, owner, interval=interval, reporter=reporter)
         self.samplers.append(sampler)
         return sampler
 
