@@ -124,14 +124,24 @@ async def test_a_dropped_listen_connection_is_degraded_until_its_reconnect_probe
         assert await healthy.check_delivery() is True
         pid = healthy.listen_backend_pid
         assert pid is not None
+        # The reconnect waits for this gate, not for a backoff a slow machine could outlast.
+        gate = asyncio.Event()
+        paused = asyncio.Event()
+
+        async def held(_seconds: float) -> None:
+            paused.set()
+            await gate.wait()
+
+        healthy._listen.pause = held
         with psycopg.connect(conninfo(postgres_url), autocommit=True) as connection:
             connection.execute("SELECT pg_terminate_backend(%s)", [pid])
-        # The reader saw the drop and waits reconnect_initial (2 s) before it reconnects.
-        await wait_until(lambda: healthy.listen_backend_pid is None)
+        await wait_until(paused.is_set)
+        assert healthy.listen_backend_pid is None
         delivery = await client.check_notify_delivery()
         assert (delivery.checked, delivery.degraded) == (True, True)
         assert delivery.reason == "the LISTEN connection is down (reconnecting)"
         # The reconnect's own probe comes back and clears the state.
+        gate.set()
         await wait_until(lambda: not healthy.degraded)
         assert (await client.check_notify_delivery()).degraded is False
     names = [(e.name, e.attributes.get("reason")) for e in recorder.events if e.name.startswith("notify_")]

@@ -12,7 +12,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 
 import psycopg
 
@@ -48,6 +48,8 @@ class ListenConnection:
         self._reader: asyncio.Task[None] | None = None
         self.reconnects = 0
         """How many times the connection was re-established after a drop (for tests and metrics)."""
+        self.pause: Callable[[float], Awaitable[None]] = asyncio.sleep
+        """Waits out the backoff before a reconnect; a test holds the reconnect with a gate."""
 
     @property
     def running(self) -> bool:
@@ -117,7 +119,7 @@ class ListenConnection:
             except psycopg.Error as error:
                 log.warning("jobchain LISTEN connection lost (%s); reconnecting in %.1f s", error, delay)
                 await self._close()
-                await asyncio.sleep(delay)
+                await self.pause(delay)
                 delay = min(delay * 2, self._max)
 
 
