@@ -228,9 +228,10 @@ async def test_upgrade_from_0004_keeps_every_row_of_every_status(tmp_path: Path)
         assert dump(path, f"SELECT {OLD_COLUMNS} FROM jobchain_job ORDER BY id") == jobs_before
         blockers_after = "SELECT job_id, blocked_by_chain_id, idx, trace_context FROM jobchain_job_blocker"
         assert dump(path, f"{blockers_after} ORDER BY job_id, idx") == blockers_before
-        # 0009_worker_incarnation adds one column (every old row reads 0) after the old ones.
-        assert [row[:-1] for row in dump(path, "SELECT * FROM jobchain_worker")] == workers_before
-        assert {row[-1] for row in dump(path, "SELECT * FROM jobchain_worker")} == {0}
+        # 0009_worker_incarnation adds one column, 0010_worker_load three (every old row reads 0
+        # in each) after the old ones.
+        assert [row[:-4] for row in dump(path, "SELECT * FROM jobchain_worker")] == workers_before
+        assert {row[-3:] for row in dump(path, "SELECT * FROM jobchain_worker")} == {(0, 0, 0)}
         new = dump(
             path,
             "SELECT DISTINCT attempt_errors, attempt_base, failed_at, cancelled_at, cancel_reason,"
@@ -304,7 +305,7 @@ async def test_a_database_without_the_lifecycle_migration_raises_schema_not_migr
         with pytest.raises(
             CoreSchemaNotMigratedError,
             match=r"0005_job_lifecycle, 0006_queue_stats, 0007_scheduling, 0008_session_revocations,"
-            r" 0009_worker_incarnation not applied.*jobchain migrate",
+            r" 0009_worker_incarnation, 0010_worker_load not applied.*jobchain migrate",
         ):
             async with adapter.transaction() as tx:
                 await tx.jobs_list(JobsList())

@@ -136,7 +136,9 @@ async def test_a_0006_database_is_refused_until_migrated(tmp_path: Path) -> None
     seed_0006(path)
     adapter = SqliteStateAdapter(SqliteOptions(path=str(path)))
     try:
-        missing = "0007_scheduling, 0008_session_revocations, 0009_worker_incarnation not applied"
+        missing = (
+            "0007_scheduling, 0008_session_revocations, 0009_worker_incarnation, 0010_worker_load not applied"
+        )
         with pytest.raises(SchemaNotMigratedError, match=missing):
             async with adapter.transaction(read_only=True) as tx:
                 await tx.jobs_list(JobsList())

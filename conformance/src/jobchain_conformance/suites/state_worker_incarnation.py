@@ -39,7 +39,10 @@ async def row_of(adapter: StateAdapter, worker_id: str, *, now: datetime) -> Wor
 
 def assert_same_row(adapter: StateAdapter, actual: WorkerInfo, expected: WorkerInfo) -> None:
     """Every reported field and the liveness times are those of ``expected``."""
-    fields = ("id", "name", "host", "pid", "version", "type_names", "concurrency", "inflight", "state")
+    fields = (
+        *("id", "name", "host", "pid", "version", "type_names", "concurrency"),
+        *("inflight", "buffered", "committing", "capacity", "state"),
+    )
     assert {f: getattr(actual, f) for f in fields} == {f: getattr(expected, f) for f in fields}
     assert_time(adapter, actual.started_at, expected.started_at)
     assert_time(adapter, actual.last_seen_at, expected.last_seen_at)
@@ -65,7 +68,10 @@ class WorkerIncarnationTests:
         dead_at = await mark_dead(state_adapter, A, incarnation=1, now=now)
         before = await row_of(state_adapter, A, now=dead_at)
         late = dead_at + timedelta(seconds=1)
-        result = await heartbeat(state_adapter, beat(A, now=late, incarnation=1, inflight=3, pid=99))
+        result = await heartbeat(
+            state_adapter,
+            beat(A, now=late, incarnation=1, inflight=3, buffered=1, committing=4, capacity=9, pid=99),
+        )
         assert result.was_dead is True
         assert (result.released_jobs, result.dead_worker_ids) == ([], [])
         row = await row_of(state_adapter, A, now=late)

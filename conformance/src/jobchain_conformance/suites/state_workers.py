@@ -37,6 +37,9 @@ def beat(
     version: str = "1.2.3",
     concurrency: int = 4,
     inflight: int = 0,
+    buffered: int = 0,
+    committing: int = 0,
+    capacity: int = 0,
     incarnation: int = 0,
 ) -> WorkerHeartbeat:
     """A :class:`WorkerHeartbeat` with plausible defaults (``name`` defaults to the id)."""
@@ -49,6 +52,9 @@ def beat(
         type_names=tuple(type_names),
         concurrency=concurrency,
         inflight=inflight,
+        buffered=buffered,
+        committing=committing,
+        capacity=capacity,
         state=state,
         alive_for=alive_for,
         release_dead=release_dead,
@@ -100,6 +106,9 @@ class WorkerHeartbeatTests:
             type_names=["b", "a"],
             concurrency=16,
             inflight=3,
+            buffered=2,
+            committing=5,
+            capacity=20,
             state=WorkerState.DRAINING,
         )
         await heartbeat(state_adapter, params)
@@ -112,6 +121,10 @@ class WorkerHeartbeatTests:
             3,
             WorkerState.DRAINING,
         )
+        assert (row.buffered, row.committing, row.capacity) == (2, 5, 20), (
+            "the load is not stored as reported"
+        )
+        assert (row.running, row.held) == (1, 8)
         assert_time(state_adapter, row.started_at, now)
         assert_time(state_adapter, row.last_seen_at, now)
         assert_time(state_adapter, row.alive_until, now + ALIVE)
@@ -150,6 +163,9 @@ class WorkerHeartbeatTests:
                 type_names=["x"],
                 concurrency=1,
                 inflight=1,
+                buffered=1,
+                committing=2,
+                capacity=3,
                 state=WorkerState.STOPPED,
             ),
         )
@@ -163,6 +179,7 @@ class WorkerHeartbeatTests:
             ("x",),
         )
         assert (row.concurrency, row.inflight, row.state) == (1, 1, WorkerState.STOPPED)
+        assert (row.buffered, row.committing, row.capacity) == (1, 2, 3)
         assert len(await workers(state_adapter, now=later)) == 1
 
     async def test_heartbeat_of_a_worker_marked_dead_reports_was_dead_and_a_rejoin_revives_it(

@@ -441,6 +441,16 @@ class WorkerInfo:
 
     ``state`` is ``dead`` once ``alive_until`` passed without a clean stop, whether or not a
     live worker has released its jobs yet.
+
+    The load, as of ``last_seen_at``, counts the jobs the worker holds — claimed, leased to
+    it, their attempt's outcome not yet written: ``inflight`` are those it runs (handlers
+    running) or is about to run (``buffered``: prefetched, waiting for a slot), never more than
+    ``capacity``, ``concurrency`` slots (times ``max_batch`` for a batch processor) plus its
+    ``prefetch``. ``committing`` are beside them: attempts whose handler returned and whose
+    commit is being written (they gave their slot on; the database still shows them running
+    until it lands). Jobs whose outcome committed, or that the worker lost (cancelled, taken by
+    another worker, deleted, its lease expired locally), count nowhere. A row written by a
+    worker older than these fields says 0 for ``buffered``, ``committing`` and ``capacity``.
     """
 
     id: str
@@ -455,6 +465,19 @@ class WorkerInfo:
     started_at: datetime
     last_seen_at: datetime
     alive_until: datetime
+    buffered: int = 0
+    committing: int = 0
+    capacity: int = 0
+
+    @property
+    def running(self) -> int:
+        """Jobs whose handler runs: ``inflight - buffered``."""
+        return self.inflight - self.buffered
+
+    @property
+    def held(self) -> int:
+        """Every job the worker holds: ``inflight + committing``."""
+        return self.inflight + self.committing
 
 
 def _use_slot_setting_init(cls: type) -> None:

@@ -158,6 +158,10 @@ class TestWorkers:
             ["charge"],
         )
         assert [job["id"] for job in live["running_jobs"]] == [shop.running]
+        # The load as reported: 3 jobs run or buffered of the 6 it may (4 slots + prefetch 2),
+        # 2 of them buffered, and 1 more whose commit is being written.
+        load = ("concurrency", "inflight", "buffered", "committing", "capacity")
+        assert tuple(live[field] for field in load) == (4, 3, 2, 1, 6)
         assert dead["state"] == "dead"
         assert [job["id"] for job in dead["running_jobs"]] == [shop.expired]
         assert datetime.fromisoformat(live["last_seen_at"]).tzinfo is not None
@@ -167,6 +171,17 @@ class TestWorkers:
         assert [w["id"] for w in running["items"]] == [LIVE_WORKER]
         result = cli(shop.url, "workers")
         assert result.exit_code == 0, result.output
+        header = next(line for line in result.stdout.splitlines() if "IN FLIGHT" in line)
+        assert header.split() == [
+            *("WORKER", "NAME", "STATE", "STARTED", "LAST", "SEEN", "HOST/PID", "TYPES"),
+            *("SLOTS", "IN", "FLIGHT", "BUFFERED", "COMMITTING", "HOLDS"),
+        ]
+        live = next(line for line in result.stdout.splitlines() if line.split()[:1] == [LIVE_WORKER])
+        dead = next(line for line in result.stdout.splitlines() if line.split()[:1] == [DEAD_WORKER])
+        # In flight of capacity (never more), buffered, committing; a dead worker holds nothing
+        # of its own.
+        assert live.split()[-5:] == ["4", "3/6", "2", "1", "1"]
+        assert dead.split()[-5:] == ["4", "-", "-", "-", "1"]
         assert "host-1/4242" in result.stdout
         assert "held by w-live-name" in result.stdout
         assert shop.running in result.stdout

@@ -22,7 +22,7 @@ from jobchain.contracts import Event, JobsAcquire, WorkerHeartbeat
 from jobchain.errors import InvalidArgumentError, SchemaNotMigratedError, TransientStateError
 from jobchain.memory.notify import MemoryNotifyAdapter
 from jobchain.memory.state import MemoryStateAdapter
-from jobchain.worker import Attempt, Backoff, Completed, Processors, Worker
+from jobchain.worker import Attempt, Backoff, Completed, Processors, Worker, WorkerLoad
 from jobchain.worker.heartbeat import Heartbeat, WorkerIdentity, library_version
 
 T = TypeVar("T")
@@ -252,7 +252,7 @@ def _heartbeat(client: Client, clock: ManualClock, **options: Any) -> Heartbeat:
         identity,
         interval=options.pop("interval", 2.0),
         missed=options.pop("missed", 3),
-        inflight=lambda: 0,
+        load=lambda: WorkerLoad(inflight=0, buffered=0, committing=0, capacity=1),
         on_beat=options.pop("on_beat", lambda result, recovered: None),
         on_fatal=lambda error: None,
         emit=_quiet,

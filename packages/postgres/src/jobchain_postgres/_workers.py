@@ -38,6 +38,9 @@ def _heartbeat_params(params: WorkerHeartbeat) -> dict[str, Any]:
         "type_names": list(dict.fromkeys(params.type_names)),
         "concurrency": _count("concurrency", params.concurrency),
         "inflight": _count("inflight", params.inflight),
+        "buffered": _count("buffered", params.buffered),
+        "committing": _count("committing", params.committing),
+        "capacity": _count("capacity", params.capacity),
         # The value, not the member: psycopg would dump an Enum by its name.
         "state": params.state.value,
         "alive_for": params.alive_for,

@@ -254,6 +254,9 @@ def worker_info(row: Row) -> WorkerInfo:
         started_at,
         last_seen_at,
         alive_until,
+        buffered,
+        committing,
+        capacity,
     ) = row
     return WorkerInfo(
         id=id_,
@@ -268,6 +271,9 @@ def worker_info(row: Row) -> WorkerInfo:
         started_at=utc(started_at),
         last_seen_at=utc(last_seen_at),
         alive_until=utc(alive_until),
+        buffered=buffered,
+        committing=committing,
+        capacity=capacity,
     )
 
 

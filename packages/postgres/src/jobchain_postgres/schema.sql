@@ -99,7 +99,10 @@ CREATE TABLE {worker} (
     started_at   timestamptz NOT NULL,                -- the first heartbeat
     last_seen_at timestamptz NOT NULL,                -- the latest heartbeat
     alive_until  timestamptz NOT NULL,                -- latest heartbeat + its alive_for
-    incarnation  bigint NOT NULL DEFAULT 0            -- the worker's life this row records
+    incarnation  bigint NOT NULL DEFAULT 0,           -- the worker's life this row records
+    buffered     integer NOT NULL DEFAULT 0,          -- of inflight, waiting in its prefetch buffer
+    committing   integer NOT NULL DEFAULT 0,          -- attempts whose commit is being written
+    capacity     integer NOT NULL DEFAULT 0           -- the most it runs or buffers (0: not reported)
 ) WITH (fillfactor = 50, autovacuum_vacuum_cost_delay = 0);
 
 -- Ordered keys: the chain that took each key last (a new root with the key upserts the row, which

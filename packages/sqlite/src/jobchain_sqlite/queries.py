@@ -153,6 +153,7 @@ MIGRATIONS: tuple[str, ...] = (
     "0007_scheduling",
     "0008_session_revocations",
     "0009_worker_incarnation",
+    "0010_worker_load",
 )
 """Migration names in the order they apply; each is ``migrations/<name>.sql``."""
 

@@ -54,7 +54,12 @@ async def read_workers(client: Client, states: list[str]) -> list[tuple[WorkerIn
 @state_option
 @json_option
 def workers_command(states: tuple[str, ...], show_jobs: bool, state: str | None, as_json: bool) -> None:
-    """List registered workers (state, since, last seen, host/pid, types, in flight) and what each holds."""
+    """List registered workers (state, since, last seen, host/pid, types, load) and what each holds.
+
+    IN FLIGHT is the jobs a worker ran or buffered at its last heartbeat of the most it may
+    (its slots' jobs plus prefetch); BUFFERED, how many of those waited for a slot; COMMITTING,
+    attempts whose commit was being written; HOLDS, the running jobs leased to it now.
+    """
 
     async def main() -> list[tuple[WorkerInfo, list[Job]]]:
         async with open_client(state) as client:
@@ -83,7 +88,10 @@ def workers_table(rows: list[tuple[WorkerInfo, list[Job]]]) -> Table:
         "LAST SEEN",
         "HOST/PID",
         "TYPES",
+        "SLOTS",
         "IN FLIGHT",
+        "BUFFERED",
+        "COMMITTING",
         "HOLDS",
     )
     for worker, jobs in rows:
@@ -95,12 +103,24 @@ def workers_table(rows: list[tuple[WorkerInfo, list[Job]]]) -> Table:
             ago(worker.last_seen_at, now),
             f"{worker.host}/{worker.pid}",
             ", ".join(worker.type_names),
-            f"{worker.inflight}/{worker.concurrency}",
+            str(worker.concurrency),
+            *load_cells(worker),
             str(len(jobs)),
         )
     if not rows:
         out.caption = "no registered workers"
     return out
+
+
+def load_cells(worker: WorkerInfo) -> tuple[str, str, str]:
+    """IN FLIGHT (``inflight/capacity``), BUFFERED and COMMITTING of one worker; ``-`` for a
+    dead or stopped one, which holds nothing of its own now (the database may still lease it
+    jobs: HOLDS)."""
+    if worker.state not in (WorkerState.RUNNING, WorkerState.DRAINING):
+        return "-", "-", "-"
+    # capacity 0: a worker older than the field, which did not report it.
+    inflight = f"{worker.inflight}/{worker.capacity}" if worker.capacity else str(worker.inflight)
+    return inflight, str(worker.buffered), str(worker.committing)
 
 
 def held_table(worker: WorkerInfo, jobs: list[Job]) -> Table:

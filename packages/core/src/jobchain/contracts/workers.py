@@ -27,6 +27,23 @@ def _check_incarnation(value: object) -> None:
         )
 
 
+def _check_count(name: str, value: object) -> int:
+    if not isinstance(value, int) or isinstance(value, bool) or not 0 <= value < 2**31:
+        raise InvalidArgumentError(f"{name} must be a non-negative integer, got {value!r}")
+    return value
+
+
+def _check_load(inflight: object, buffered: object, committing: object, capacity: object) -> None:
+    held = _check_count("inflight", inflight)
+    waiting = _check_count("buffered", buffered)
+    _check_count("committing", committing)
+    _check_count("capacity", capacity)
+    if waiting > held:
+        raise InvalidArgumentError(
+            f"buffered ({waiting}) counts jobs among inflight ({held}): it cannot be larger"
+        )
+
+
 @dataclass(frozen=True, slots=True, kw_only=True)
 class WorkerHeartbeat:
     """Record that a worker is alive, rescue the jobs of dead workers, in one round trip.
@@ -63,6 +80,12 @@ class WorkerHeartbeat:
     So a heartbeat a worker abandoned during a partition, arriving after another worker
     marked it dead, cannot bring the row back: the worker learns it was presumed dead.
     ``incarnation`` is an int from 0 to 2**63 - 1 (bool refused).
+
+    The load (stored as given, listed by ``workers_list``; see
+    :class:`~jobchain.entities.WorkerInfo`): ``inflight`` jobs running or buffered,
+    ``buffered`` of them waiting in the prefetch buffer, ``committing`` attempts whose commit
+    is being written, ``capacity`` the most jobs the worker runs or buffers at once (0: not
+    reported). Each is a count from 0 to 2**31 - 1; ``buffered`` is at most ``inflight``.
     """
 
     worker_id: str
@@ -78,11 +101,15 @@ class WorkerHeartbeat:
     release_dead: bool = False
     prune_after: timedelta = timedelta(hours=1)
     incarnation: int = 0
+    buffered: int = 0
+    committing: int = 0
+    capacity: int = 0
     now: datetime | None = None
 
     def __post_init__(self) -> None:
         _check_timedelta("alive_for", self.alive_for, positive=True)
         _check_incarnation(self.incarnation)
+        _check_load(self.inflight, self.buffered, self.committing, self.capacity)
         _check_timedelta("prune_after", self.prune_after, positive=True)
         if self.state not in WORKER_REPORTED_STATES:
             raise InvalidArgumentError(

@@ -13,6 +13,7 @@ from jobchain.worker.batch import Batch, BatchResultError
 from jobchain.worker.loop import Worker
 from jobchain.worker.processors import AttemptMiddleware, Processors
 from jobchain.worker.retention import Retention
+from jobchain.worker.slots import WorkerLoad
 
 __all__ = [
     "AbortReason",
@@ -31,4 +32,5 @@ __all__ = [
     "Processors",
     "Retention",
     "Worker",
+    "WorkerLoad",
 ]

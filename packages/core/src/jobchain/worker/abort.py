@@ -66,6 +66,12 @@ class AbortSignal:
         self._check_expiry()
         return self._reason
 
+    @property
+    def fired(self) -> AbortReason | None:
+        """The reason the signal fired with so far, without checking its expiry (None: not
+        fired): for the worker's own bookkeeping, which must not fire it by reading."""
+        return self._reason
+
     def abort(self, reason: AbortReason) -> None:
         """Fire the signal; later calls keep the first reason."""
         if self._reason is None:

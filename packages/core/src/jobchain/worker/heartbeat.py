@@ -1,11 +1,11 @@
 """The worker's heartbeat: its registry row, kept fresh on a task of its own; dead peers' jobs released.
 
 Every ``interval`` seconds (a little less, jittered) the worker upserts its row in one round
-trip: who it is, what it serves, how busy it is, and that it stays alive for
-``alive_for = interval * missed``. A row whose ``alive_until`` passed belongs to a dead
-worker; a heartbeat with ``release_dead`` marks it dead and returns its running jobs to
-``pending`` in the same statement, so they run again within seconds instead of when each
-job's lease runs out.
+trip: who it is, what it serves, the jobs it holds (:class:`~jobchain.worker.slots.WorkerLoad`)
+and that it stays alive for ``alive_for = interval * missed``. A row whose ``alive_until``
+passed belongs to a dead worker; a heartbeat with ``release_dead`` marks it dead and returns
+its running jobs to ``pending`` in the same statement, so they run again within seconds
+instead of when each job's lease runs out.
 
 The heartbeat runs beside the claim loop, never inside it: a loop that is saturated, stuck
 in a slow claim or backing off after an outage does not stop it. At most one heartbeat is in
@@ -36,6 +36,7 @@ from jobchain.worker.rescues import Emit, emit_rescued, job_list, publish_rescue
 
 if TYPE_CHECKING:
     from jobchain.client import Client
+    from jobchain.worker.slots import WorkerLoad
 
 log = logging.getLogger("jobchain.worker")
 
@@ -107,7 +108,7 @@ class Heartbeat:
         *,
         interval: float,
         missed: int,
-        inflight: Callable[[], int],
+        load: Callable[[], WorkerLoad],
         on_beat: BeatListener,
         on_fatal: Callable[[BaseException], None],
         emit: Emit,
@@ -120,7 +121,7 @@ class Heartbeat:
         self.interval = interval
         self.alive_for = timedelta(seconds=interval * missed)
         self.state = WorkerState.RUNNING
-        self._inflight = inflight
+        self._load = load
         self._on_beat = on_beat
         self._on_fatal = on_fatal
         self._on_presumed_dead = on_presumed_dead
@@ -213,6 +214,7 @@ class Heartbeat:
         :data:`GIVE_UP_AFTER`).
         """
         async with self._one_at_a_time:
+            load = self._load()
             params = WorkerHeartbeat(
                 worker_id=self.identity.worker_id,
                 name=self.identity.name,
@@ -221,7 +223,10 @@ class Heartbeat:
                 version=self.identity.version,
                 type_names=list(self.identity.type_names),
                 concurrency=self.identity.concurrency,
-                inflight=self._inflight(),
+                inflight=load.inflight,
+                buffered=load.buffered,
+                committing=load.committing,
+                capacity=load.capacity,
                 state=self.state,
                 alive_for=self.alive_for,
                 release_dead=self.state is not WorkerState.STOPPED and self.releases_dead(),

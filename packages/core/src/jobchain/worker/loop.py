@@ -62,7 +62,7 @@ from jobchain.worker.settings import (
     positive_seconds,
     wrapper_setting,
 )
-from jobchain.worker.slots import Slots
+from jobchain.worker.slots import Slots, WorkerLoad
 from jobchain.worker.wakeups import WakeUps
 
 if TYPE_CHECKING:
@@ -94,7 +94,10 @@ class Worker(WorkerEvents):
     A slot counts a running handler: once a handler has returned, its slot takes the next job
     while the attempt's commit is still being written. At most ``concurrency`` attempts wait
     for their commit that way; beyond that they keep their slots (backpressure when the
-    database is slow).
+    database is slow). :attr:`load` says what the worker holds — running and buffered jobs
+    (never more than ``concurrency + prefetch``, times ``max_batch`` per slot for a batch
+    processor) and, beside them, attempts waiting for their commit; its registry row reports
+    the same.
 
     A batch processor (``Processors.register_batch``) takes up to its ``max_batch`` claimed
     jobs of its type in one slot; claims then ask for that many jobs per free slot.
@@ -253,7 +256,7 @@ class Worker(WorkerEvents):
             WorkerIdentity.of_this_process(self.worker_id, name, tuple(self._type_names), self.concurrency),
             interval=self.heartbeat_interval,
             missed=self.missed_heartbeats,
-            inflight=self._slots.leased_count,
+            load=self._slots.load,
             on_beat=self._heartbeat_succeeded,
             on_fatal=self._heartbeat_fatal,
             emit=self._emit,
@@ -384,8 +387,17 @@ class Worker(WorkerEvents):
 
     @property
     def inflight_job_ids(self) -> list[str]:
-        """Jobs this worker runs now: handlers running and attempts waiting for their commit."""
+        """Jobs whose attempts run now: handlers running, attempts waiting for their commit, and
+        attempts still finishing (a job they lost, or whose outcome committed, included)."""
         return list(self._slots.inflight)
+
+    @property
+    def load(self) -> WorkerLoad:
+        """The jobs this worker holds now (what its heartbeat reports), claimed and leased to it
+        with their outcome not yet written: ``inflight`` running or buffered (never more than
+        ``capacity`` = ``concurrency``, times ``max_batch`` for a batch processor, ``+
+        prefetch``), and ``committing``, attempts whose commit is being written."""
+        return self._slots.load()
 
     # ------------------------------------------------------------------ loop
 

@@ -91,6 +91,7 @@ class AttemptRunner:
         lease_deadline: float | None = None,
         on_lease_expired: Callable[[], None] | None = None,
         lapsed: Callable[[], bool] | None = None,
+        on_settled: Callable[[], None] | None = None,
     ) -> None:
         self.client = client
         self.processor = processor
@@ -116,6 +117,9 @@ class AttemptRunner:
         self._lapsed = lapsed
         """Whether the worker's liveness deadline passed: others may have taken every job."""
         self._lease_watch: asyncio.Task[None] | None = None
+        self._on_settled = on_settled
+        """Told once the attempt's outcome is written (committed, rescheduled or failed, or the
+        job found lost), before the attempt cleans up: the worker no longer holds the job."""
 
     def run(self) -> Coroutine[Any, Any, None]:
         """Run the attempt to its end (await the result); never raises except on cancellation.
@@ -162,6 +166,7 @@ class AttemptRunner:
             deadline = Deadline(self.job.id, timeout, attempt.signal, clock=self._clock)
             attempt.deadline = deadline
         self.started_at = asyncio.get_running_loop().time()
+        written = False  # the attempt's outcome (or the loss of its job) is settled
         try:
             if deadline is None:
                 await self._invoke(attempt)
@@ -172,7 +177,9 @@ class AttemptRunner:
             if self.on_handler_returned is not None:
                 self.on_handler_returned()
             await attempt.close_success()
+            written = True
         except asyncio.CancelledError:
+            # Still held: the worker hands the job back (or its lease runs out).
             await attempt.close_failure(asyncio.CancelledError())
             raise
         except OWNERSHIP_LOSSES as error:
@@ -186,6 +193,7 @@ class AttemptRunner:
                 await self._reschedule(error)
             else:
                 self.on_event("job_attempt_" + reason.value, self.job, {})
+            written = True
         except BaseException as error:
             await attempt.close_failure(error)
             if isinstance(error, (KeyboardInterrupt, SystemExit)):
@@ -198,6 +206,7 @@ class AttemptRunner:
             if deadline is not None and deadline.failed and isinstance(error, JobTimeoutError):
                 overran = deadline.seconds
             await self._reschedule(error, timed_out=overran)
+            written = True
         else:
             completed = attempt.completed
             if completed.waiting_for:
@@ -211,6 +220,8 @@ class AttemptRunner:
                     "job_attempt_completed", self.job, {"continued": completed.continuation is not None}
                 )
         finally:
+            if written and self._on_settled is not None:
+                self._on_settled()
             await self._stop_staged()
 
     async def renew_then_run(self, still_held: Callable[[], bool] | None = None) -> None:

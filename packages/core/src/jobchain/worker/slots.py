@@ -4,6 +4,15 @@ A slot counts a running handler: once a handler has returned, its slot takes the
 while the attempt's commit is still being written. At most ``concurrency`` attempts wait for
 their commit that way; beyond that they keep their slots (backpressure when the database is
 slow). A batch takes one slot for all its jobs.
+
+What the heartbeat reports (:meth:`Slots.load`) counts the jobs the worker holds — claimed,
+leased to it, their outcome not yet written — in two parts: ``inflight``, the jobs it is
+running or about to run (handlers running, and buffered jobs), never more than its
+:attr:`Slots.capacity` (``concurrency`` slots, times the jobs a slot takes, plus
+``prefetch``); and ``committing``, attempts whose handler returned and whose commit is being
+written (they gave their slot on). An attempt whose outcome committed (its task still
+unsubscribing, say), whose job it lost (cancelled, taken by another worker, deleted) or whose
+lease expired locally counts in neither, although its task may still run.
 """
 
 from __future__ import annotations
@@ -13,6 +22,7 @@ import functools
 import logging
 from collections import deque
 from collections.abc import Callable
+from dataclasses import dataclass
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 
@@ -38,6 +48,34 @@ SHUTDOWN_GRACE_SECONDS = 1.0
 """After the shutdown deadline, how long handlers whose signal fired may take to return."""
 
 AttemptEvent = Callable[[str, Job, dict[str, Any]], None]
+
+LOST = frozenset(
+    {
+        AbortReason.TAKEN_BY_ANOTHER_WORKER,
+        AbortReason.NOT_FOUND,
+        AbortReason.ALREADY_COMPLETED,
+        AbortReason.CANCELLED,
+    }
+)
+"""Abort reasons that say the job is no longer this worker's: its attempt stops counting."""
+
+
+@dataclass(frozen=True, slots=True)
+class WorkerLoad:
+    """The jobs a worker holds now, as its heartbeat reports them (see
+    :class:`~jobchain.entities.WorkerInfo`): ``inflight`` running or buffered (never more than
+    ``capacity``), ``buffered`` of those waiting for a slot, and ``committing``, attempts whose
+    handler returned and whose commit is being written."""
+
+    inflight: int
+    buffered: int
+    committing: int
+    capacity: int
+
+    @property
+    def running(self) -> int:
+        """Jobs whose handler runs now: ``inflight - buffered``."""
+        return self.inflight - self.buffered
 
 
 class Slots:
@@ -69,6 +107,9 @@ class Slots:
         self._wake = wake
         # Jobs one slot may take: a batch processor's max_batch, else one.
         self.slot_jobs = max(p.max_batch or 1 for p in processors.values())
+        self.capacity = concurrency * self.slot_jobs + prefetch
+        """The most jobs this worker runs or buffers at once: its slots' jobs plus the prefetch
+        buffer (attempts waiting for their commit are beside it)."""
         self.inflight: dict[str, asyncio.Task[None]] = {}
         # In-flight attempts whose handler returned and whose commit is still being written.
         self._committing: set[str] = set()
@@ -90,6 +131,9 @@ class Slots:
         self._abandoned: set[str] = set()
         """In-flight jobs whose lease expired locally: their handlers may still run, but they
         hold no slot (see :class:`~jobchain.worker.abort.AbortReason` ``LEASE_EXPIRED``)."""
+        self._settled: set[str] = set()
+        """In-flight jobs whose attempt's outcome is written: their tasks are finishing (events,
+        unsubscribing) but the jobs are no longer held."""
         self.expired_claims = 0
         """Claimed jobs dropped unstarted because their local deadline had passed."""
         self.lapsed: Callable[[], bool] = _never
@@ -127,15 +171,40 @@ class Slots:
             return False
         return self.room() > 0 and len(self.buffer) <= self.prefetch // 2
 
+    def _holds(self, job_id: str) -> bool:
+        """Whether the in-flight ``job_id`` is still held (see the module's docstring)."""
+        if job_id in self._abandoned or job_id in self._settled:
+            return False
+        if job_id in self._committing:
+            return True  # its commit, being written, decides
+        runner = self._runners.get(job_id)
+        attempt = runner.attempt if runner is not None else None
+        return attempt is None or attempt.signal.fired not in LOST
+
+    def held_started(self) -> list[str]:
+        """The held jobs that have started: handlers running, or their commit being written."""
+        return [job_id for job_id in self.inflight if self._holds(job_id)]
+
     def leased_ids(self) -> list[str]:
-        """Every job leased to this worker: running, committing or buffered (not those whose
-        lease expired locally: the reaper may hand them on)."""
-        running = (job_id for job_id in self.inflight if job_id not in self._abandoned)
-        return [*running, *(job.id for job, _ in self.buffer)]
+        """Every job this worker holds: running, committing or buffered (not those whose lease
+        expired locally, nor those it lost: the reaper may hand them on)."""
+        return [*self.held_started(), *(job.id for job, _ in self.buffer)]
+
+    def load(self) -> WorkerLoad:
+        """The jobs this worker holds now, as its heartbeat reports them."""
+        started = self.held_started()
+        committing = sum(1 for job_id in started if job_id in self._committing)
+        buffered = len(self.buffer)
+        return WorkerLoad(
+            inflight=len(started) - committing + buffered,
+            buffered=buffered,
+            committing=committing,
+            capacity=self.capacity,
+        )
 
     def leased_count(self) -> int:
-        """How many jobs are leased to this worker."""
-        return len(self.inflight) - len(self._abandoned) + len(self.buffer)
+        """How many jobs this worker holds: running, committing or buffered."""
+        return len(self.leased_ids())
 
     # ------------------------------------------------------------------ starting
 
@@ -214,6 +283,7 @@ class Slots:
             lease_deadline=deadline,
             on_lease_expired=functools.partial(self._abandon, job.id),
             lapsed=self.lapsed,
+            on_settled=functools.partial(self._settle, job.id),
         )
         if renew_first:
             held = None if deadline is None else functools.partial(self._before, deadline)
@@ -232,6 +302,7 @@ class Slots:
             over_allowance = len(self._committing) > self.concurrency
             self._committing.discard(job_id)
             self._abandoned.discard(job_id)
+            self._settled.discard(job_id)
             self._runners.pop(job_id, None)
             # The next buffered job takes the slot now, not after a trip through the loop.
             self.start_buffered()
@@ -268,6 +339,8 @@ class Slots:
             for job in jobs:
                 self.inflight.pop(job.id, None)
                 self._runners.pop(job.id, None)
+                self._abandoned.discard(job.id)
+                self._settled.discard(job.id)
             self._batched_extra -= len(jobs) - 1
             self.start_buffered()
             self._wake()
@@ -303,11 +376,17 @@ class Slots:
 
     def _abandon(self, job_id: str) -> None:
         """``job_id``'s lease expired locally: its slot may run another job."""
-        if job_id not in self.inflight or job_id in self._committing:
+        if job_id not in self.inflight or job_id in self._committing or job_id in self._settled:
             return
         self._abandoned.add(job_id)
         self.start_buffered()
         self._wake()
+
+    def _settle(self, job_id: str) -> None:
+        """The outcome of ``job_id``'s attempt is written: the worker no longer holds the job,
+        though its task still finishes (its slot, if it kept one, frees when the task ends)."""
+        if job_id in self.inflight and job_id not in self._abandoned:
+            self._settled.add(job_id)
 
     def forget_all(self, reason: AbortReason) -> None:
         """Every job this worker held was handed on (it was presumed dead): abort the running

@@ -31,11 +31,11 @@ fence AS MATERIALIZED (
 ),
 own AS (
     INSERT INTO {worker} AS w (
-        id, name, host, pid, version, type_names, concurrency, inflight, state,
-        started_at, last_seen_at, alive_until, incarnation
+        id, name, host, pid, version, type_names, concurrency, inflight, buffered, committing,
+        capacity, state, started_at, last_seen_at, alive_until, incarnation
     )
     SELECT %(worker_id)s, %(name)s, %(host)s, %(pid)s, %(version)s, %(type_names)s::text[],
-        %(concurrency)s, %(inflight)s, %(state)s,
+        %(concurrency)s, %(inflight)s, %(buffered)s, %(committing)s, %(capacity)s, %(state)s,
         COALESCE(%(now)s::timestamptz, statement_timestamp()),
         COALESCE(%(now)s::timestamptz, statement_timestamp()),
         COALESCE(%(now)s::timestamptz, statement_timestamp()) + %(alive_for)s::interval,
@@ -51,6 +51,9 @@ own AS (
         type_names = EXCLUDED.type_names,
         concurrency = EXCLUDED.concurrency,
         inflight = EXCLUDED.inflight,
+        buffered = EXCLUDED.buffered,
+        committing = EXCLUDED.committing,
+        capacity = EXCLUDED.capacity,
         state = EXCLUDED.state,
         last_seen_at = EXCLUDED.last_seen_at,
         alive_until = EXCLUDED.alive_until,

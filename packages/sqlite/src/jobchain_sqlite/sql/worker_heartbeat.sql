@@ -4,12 +4,12 @@
 -- worker_heartbeat_lookup); the WHERE repeats the fence so this statement alone never brings a
 -- dead row back or lets an earlier incarnation overwrite a later one.
 INSERT INTO {p}worker (
-    id, name, host, pid, version, type_names, concurrency, inflight, state,
-    started_at, last_seen_at, alive_until, incarnation
+    id, name, host, pid, version, type_names, concurrency, inflight, buffered, committing,
+    capacity, state, started_at, last_seen_at, alive_until, incarnation
 )
 VALUES (
-    :worker_id, :name, :host, :pid, :version, :type_names, :concurrency, :inflight, :state,
-    :now, :now, :alive_until, :incarnation
+    :worker_id, :name, :host, :pid, :version, :type_names, :concurrency, :inflight, :buffered,
+    :committing, :capacity, :state, :now, :now, :alive_until, :incarnation
 )
 ON CONFLICT (id) DO UPDATE SET
     name = excluded.name,
@@ -19,6 +19,9 @@ ON CONFLICT (id) DO UPDATE SET
     type_names = excluded.type_names,
     concurrency = excluded.concurrency,
     inflight = excluded.inflight,
+    buffered = excluded.buffered,
+    committing = excluded.committing,
+    capacity = excluded.capacity,
     state = excluded.state,
     last_seen_at = excluded.last_seen_at,
     alive_until = excluded.alive_until,
