@@ -163,6 +163,18 @@ QUEUE_EXPIRED_LEASES = Metric(
     "Running jobs whose lease has passed (sampled queue stats).", (JOB_TYPE,),
 )  # fmt: skip
 
+NOTIFY_DEGRADED = Metric(
+    "jobchain.notify.degraded", "gauge", "1",
+    "1 while the notify backend's delivery self-check reports notifications lost (workers and "
+    "await_chain poll meanwhile), else 0; from the client's notify_degraded/notify_recovered events.",
+    (),
+)  # fmt: skip
+NOTIFY_DEGRADATIONS = Metric(
+    "jobchain.notify.degradations", "counter", "{degradation}",
+    "Times the notify backend's delivery self-check found notifications lost (notify_degraded events).",
+    (),
+)  # fmt: skip
+
 METRICS = (
     JOBS_CREATED,
     JOBS_STARTED,
@@ -179,6 +191,8 @@ METRICS = (
     QUEUE_JOBS,
     QUEUE_OLDEST_DUE_AGE,
     QUEUE_EXPIRED_LEASES,
+    NOTIFY_DEGRADED,
+    NOTIFY_DEGRADATIONS,
 )
 """Every metric jobchain.telemetry records, in both the OpenTelemetry and Prometheus exports."""
 

@@ -118,7 +118,8 @@ class _Accumulators:
 
 
 class _Collector(Collector):
-    """jobchain's metric families: the counters and histograms, and the sampled queue gauges."""
+    """jobchain's metric families: the counters and histograms, the sampled queue gauges and
+    the notify-delivery gauge."""
 
     def __init__(self, observer: MetricsObserver, accumulators: _Accumulators) -> None:
         self._observer = observer
@@ -126,14 +127,12 @@ class _Collector(Collector):
 
     def collect(self) -> Iterator[Metric]:
         yield from self._accumulators.families()
-        stats = self._observer.queue_stats()
         for metric in names.METRICS:
             if metric.kind != "gauge":
                 continue
             family = GaugeMetricFamily(metric.prometheus_name, metric.description, labels=_labels(metric))
-            if stats is not None:
-                for value, labels in self._observer.gauge(metric):
-                    family.add_metric(list(labels), value)
+            for value, labels in self._observer.gauge(metric):
+                family.add_metric(list(labels), value)
             yield family
 
 

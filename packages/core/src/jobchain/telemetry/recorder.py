@@ -124,11 +124,16 @@ class MetricsObserver:
         self.sink = sink
         self.samplers: list[QueueStatsSampler] = []
         self._running: dict[str, float] = {}  # job id -> its attempt's start (monotonic)
+        self.notify_degraded = False
+        """The last delivery verdict the client reported (``notify_degraded`` / ``notify_recovered``)."""
+        # A zero series from the start: an alert on its increase needs the value before the first.
+        sink.add(names.NOTIFY_DEGRADATIONS, 0, ())
 
     # ------------------------------------------------------------ observer
 
     def on_event(self, event: Event) -> None:
-        """Count the worker's ``job_attempt_*`` events; time the attempts they end."""
+        """Count the worker's ``job_attempt_*`` events; time the attempts they end; follow the
+        client's notify delivery verdict."""
         # Several events per job reach here: the common ones are decided first and cheaply.
         name = event.name
         attrs = event.attributes
@@ -160,6 +165,11 @@ class MetricsObserver:
             type_name = attrs["job.type"]
             add(names.ATTEMPTS_LOST, 1, (type_name, _LOST[name]))
             self._timed(attrs, type_name, "lost")
+        elif name == "notify_degraded":
+            self.notify_degraded = True
+            add(names.NOTIFY_DEGRADATIONS, 1, ())
+        elif name == "notify_recovered":
+            self.notify_degraded = False
 
     def _timed(self, attrs: dict[str, Any], type_name: str, outcome: str) -> None:
         started = self._running.pop(attrs["job.id"], None)
@@ -185,7 +195,9 @@ class MetricsObserver:
         return None
 
     def gauge(self, metric: names.Metric) -> list[tuple[float, Labels]]:
-        """The values a queue gauge reports now (none unless this process samples)."""
+        """The values a gauge reports now (a queue gauge: none unless this process samples)."""
+        if metric is names.NOTIFY_DEGRADED:
+            return [(1.0 if self.notify_degraded else 0.0, ())]
         stats = self.queue_stats()
         return [] if stats is None else gauge_values(metric, stats)
 
