@@ -201,10 +201,14 @@ class StatusType(click.Choice[str]):
 
 
 def ago(moment: datetime, now: datetime | None = None) -> str:
-    """``moment`` as a short age (``3m12s ago``) relative to ``now``."""
+    """A past event (started, last seen) as a short age (``3m12s ago``) relative to ``now``;
+    ``just now`` when it reads ahead of ``now``. The moment was written by a worker's clock
+    or the database's, which may run ahead of this machine's: "2.3s from now" for a
+    heartbeat would be skew, not news."""
     delta = (now or datetime.now(UTC)) - moment
-    suffix = " ago" if delta >= timedelta(0) else " from now"
-    return short_duration(abs(delta)) + suffix
+    if delta <= timedelta(0):
+        return "just now"
+    return short_duration(delta) + " ago"
 
 
 def short_duration(delta: timedelta) -> str:

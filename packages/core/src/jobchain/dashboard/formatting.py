@@ -45,13 +45,27 @@ def duration(value: timedelta | float | None) -> str:
 
 
 def ago(value: datetime | None, now: datetime) -> str:
-    """``5.0 s ago`` or ``in 3 min 0 s`` relative to ``now``."""
+    """``5.0 s ago`` or ``in 3 min 0 s`` relative to ``now``: for a moment that may be ahead
+    (alive until, next tick, scheduled run, lease end). A past event takes :func:`since`."""
     if value is None:
         return "—"
     delta = now - value
     if delta >= timedelta(0):
         return f"{duration(delta)} ago"
     return f"in {duration(-delta)}"
+
+
+def since(value: datetime | None, now: datetime) -> str:
+    """``5.0 s ago`` for a moment that has happened (last seen, started, created, finished);
+    ``just now`` when it reads ahead of ``now``. Such a moment was written by a worker's
+    clock or the database's, which may run ahead of the dashboard's: "in 2.3 s" for a
+    heartbeat would be skew, not news."""
+    if value is None:
+        return "—"
+    delta = now - value
+    if delta <= timedelta(0):
+        return "just now"
+    return f"{duration(delta)} ago"
 
 
 def pretty_json(value: Any) -> str:
@@ -83,10 +97,11 @@ def install(env: Environment) -> None:
         iso=iso,
         duration=duration,
         ago=ago,
+        since=since,
         pretty_json=pretty_json,
         short=short,
         first_line=first_line,
     )
 
 
-__all__ = ["ago", "duration", "first_line", "install", "iso", "pretty_json", "short", "when"]
+__all__ = ["ago", "duration", "first_line", "install", "iso", "pretty_json", "short", "since", "when"]
