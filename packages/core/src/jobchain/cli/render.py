@@ -122,6 +122,9 @@ ID_HEADERS = frozenset({"ID", "CHAIN", "JOB", "BLOCKER CHAIN"})
 """Columns holding ids: never wrapped or cut, so they can be copied whole."""
 WRAPPED_HEADERS = frozenset({"LAST ERROR", "TYPES", "ERROR TYPE"})
 """Free-text columns: they wrap and give up width first on a narrow terminal."""
+SENTENCE_HEADERS = frozenset({"LAST ERROR"})
+"""Of those, the ones holding words to read: they wrap at spaces only, and a word wider than
+the column is cut with an ellipsis, never folded onto the next line ("CardExpi" / "red:")."""
 
 
 class PlainTable(Table):
@@ -138,6 +141,8 @@ def table(*headers: str, title: str | None = None) -> Table:
     columns = [
         Column(h, no_wrap=True, min_width=36)
         if h in ID_HEADERS
+        else Column(h, overflow="ellipsis")
+        if h in SENTENCE_HEADERS
         else Column(h, overflow="fold")
         if h in WRAPPED_HEADERS
         else Column(h, no_wrap=True)
