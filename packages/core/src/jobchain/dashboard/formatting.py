@@ -1,4 +1,5 @@
-"""Template filters: times, durations, JSON. They return plain text; Jinja escapes it."""
+"""Template filters: times, durations, JSON. They return plain text, which Jinja escapes (but
+:func:`breakable`, which escapes itself)."""
 
 from __future__ import annotations
 
@@ -7,6 +8,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any, Final
 
 from jinja2 import Environment
+from markupsafe import Markup, escape
 
 MAX_JSON_CHARS: Final = 100_000
 """A value longer than this as JSON is cut (the page stays light); the API has it whole."""
@@ -90,6 +92,15 @@ def first_line(value: str | None, size: int = 160) -> str:
     return line if len(line) <= size else line[: size - 1] + "…"
 
 
+def breakable(value: str | None) -> Markup:
+    """``value`` escaped, with a line-break opportunity (``<wbr>``) after each ``.`` and ``_``:
+    a long type name (``shop.fulfilment.warehouse_reservation``) would otherwise be one
+    unbreakable word that widens its table past its card. The only markup this module makes;
+    ``.`` and ``_`` never occur inside an escape (``&amp;``, ``&#39;``)."""
+    text = str(escape(value or ""))
+    return Markup(text.replace(".", ".<wbr>").replace("_", "_<wbr>"))
+
+
 def install(env: Environment) -> None:
     """Register the filters on ``env``."""
     env.filters.update(
@@ -101,7 +112,19 @@ def install(env: Environment) -> None:
         pretty_json=pretty_json,
         short=short,
         first_line=first_line,
+        breakable=breakable,
     )
 
 
-__all__ = ["ago", "duration", "first_line", "install", "iso", "pretty_json", "short", "since", "when"]
+__all__ = [
+    "ago",
+    "breakable",
+    "duration",
+    "first_line",
+    "install",
+    "iso",
+    "pretty_json",
+    "short",
+    "since",
+    "when",
+]
