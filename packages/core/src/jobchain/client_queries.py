@@ -12,6 +12,7 @@ import logging
 import math
 from collections.abc import AsyncIterator, Callable, Sequence
 from contextlib import asynccontextmanager
+from dataclasses import replace
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -19,6 +20,7 @@ from jobchain.contracts.notify import ChecksDelivery, NotifyAdapter, NotifyDeliv
 from jobchain.contracts.observe import Event, Observer
 from jobchain.contracts.state import (
     DEFAULT_PAGE_SIZE,
+    MAX_PAGE_SIZE,
     BlockedJobsList,
     ChainGet,
     ChainJobsList,
@@ -33,6 +35,7 @@ from jobchain.contracts.state import (
     WorkersList,
 )
 from jobchain.entities import Chain, Job, JobStatus, Page, WorkerInfo, WorkerState, validate_id
+from jobchain.error_groups import group_errors
 from jobchain.errors import (
     AdapterClosedError,
     ChainCancelledError,
@@ -45,7 +48,7 @@ from jobchain.errors import (
 )
 from jobchain.job_types import JobType, JobTypes
 from jobchain.polling import POLL_CAP, POLL_FIRST, Backoff, WaitForWake, wait_for_wake
-from jobchain.stats import DURATION_SAMPLE, DURATION_WINDOW, STATS_WINDOWS, QueueStats
+from jobchain.stats import DURATION_SAMPLE, DURATION_WINDOW, ERROR_SAMPLE_MAX, STATS_WINDOWS, QueueStats
 from jobchain.transactions import Transaction
 
 Clock = Callable[[], datetime]
@@ -345,14 +348,27 @@ class ClientQueries:
         duration_sample: int = DURATION_SAMPLE,
         throughput_window: timedelta | None = None,
         throughput_step: timedelta = timedelta(minutes=1),
+        error_sample: int = 0,
         tx: Transaction | None = None,
     ) -> QueueStats:
         """Queue health per job type in one read: counts by status, due and scheduled jobs, the
         oldest due job, expired leases, failures by error type, jobs finished over recent
         ``windows``, attempt-duration percentiles and (when ``throughput_window`` is given)
-        completions and failures per ``throughput_step``.
+        completions and failures per ``throughput_step``; whether notify delivery is degraded.
+
+        ``error_sample`` (0 to 10,000) also groups the last errors of the most recently created
+        failed jobs, that many at most, by fingerprint (``error_groups``): a further read of
+        those jobs in the same transaction, skipped when nothing failed.
         """
         _require_list("windows", windows)
+        if (
+            not isinstance(error_sample, int)
+            or isinstance(error_sample, bool)
+            or not 0 <= error_sample <= ERROR_SAMPLE_MAX
+        ):
+            raise InvalidArgumentError(
+                f"error_sample must be an integer from 0 to {ERROR_SAMPLE_MAX:,}, got {error_sample!r}"
+            )
         params = QueueStatsGet(
             type_names=_names("type_names", type_names),
             windows=tuple(windows),
@@ -363,7 +379,21 @@ class ClientQueries:
             now=self._now(),
         )
         async with self._read(tx) as state:
-            return await state.queue_stats(params)
+            stats = await state.queue_stats(params)
+            failed = (
+                await _newest_failed(state, params.type_names, error_sample) if stats.total("failed") else []
+            )
+        degraded, reason = False, None
+        if isinstance(self.notify, ChecksDelivery) and self.notify.degraded:
+            # The last verdict of the backend's periodic self-check: no probe is sent here.
+            degraded, reason = True, self.notify.degraded_reason
+        return replace(
+            stats,
+            error_groups=tuple(group_errors(failed)),
+            errors_read=len(failed),
+            notify_degraded=degraded,
+            notify_reason=reason,
+        )
 
     async def await_chain(
         self,
@@ -465,6 +495,26 @@ class ClientQueries:
                 observer.on_event(event)
             except Exception:
                 logger.exception("observer %r failed on event %s", observer, event.name)
+
+
+async def _newest_failed(state: StateTx, type_names: Sequence[str], most: int) -> list[Job]:
+    """The ``most`` most recently created failed jobs of ``type_names`` (every type: empty)."""
+    read: list[Job] = []
+    cursor: str | None = None
+    while len(read) < most:
+        page = await state.jobs_list(
+            JobsList(
+                statuses=[JobStatus.FAILED.value],
+                type_names=type_names,
+                cursor=cursor,
+                limit=min(MAX_PAGE_SIZE, most - len(read)),
+            )
+        )
+        read.extend(page.items)
+        cursor = page.next_cursor
+        if cursor is None:
+            break
+    return read
 
 
 async def check_delivery_of(notify: NotifyAdapter | None) -> NotifyDelivery:

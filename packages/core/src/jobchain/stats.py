@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
 from jobchain.entities import JobStatus
+from jobchain.error_groups import ErrorGroup
 from jobchain.errors import InvalidArgumentError
 
 STATS_WINDOWS = (timedelta(minutes=1), timedelta(minutes=5), timedelta(minutes=15))
@@ -24,6 +25,8 @@ DURATION_SAMPLE = 1_000
 """At most this many of a type's most recent completed attempts make its percentiles."""
 ERROR_TYPES_KEPT = 10
 """A type's failed jobs are broken down by at most this many error types (the most frequent)."""
+ERROR_SAMPLE_MAX = 10_000
+"""``queue_stats(error_sample=...)`` groups the errors of at most this many failed jobs."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -113,11 +116,21 @@ class QueueStats:
     ``types`` holds every type that has at least one job or is paused (with ``type_names``:
     exactly the types asked for, zeros where they have no jobs), sorted by name.
     ``throughput`` is empty unless asked for.
+
+    ``error_groups`` (asked for with ``error_sample``) group the last errors of the newest
+    ``errors_read`` failed jobs by fingerprint, most jobs first; ``errors_read`` below
+    ``total("failed")`` means older failures were left out. ``notify_degraded``: the notify
+    backend's delivery self-check last found that notifications do not arrive (workers and
+    ``await_chain`` poll meanwhile), with ``notify_reason``; False without a self-check.
     """
 
     now: datetime
     types: tuple[TypeStats, ...] = ()
     throughput: tuple[ThroughputBucket, ...] = ()
+    error_groups: tuple[ErrorGroup, ...] = ()
+    errors_read: int = 0
+    notify_degraded: bool = False
+    notify_reason: str | None = None
 
     def get(self, type_name: str) -> TypeStats:
         """The figures of one type; for a type not in ``types``, zeros and no ``recent`` windows."""

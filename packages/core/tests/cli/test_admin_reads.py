@@ -193,7 +193,10 @@ class TestWorkers:
 class TestStats:
     def test_json_per_type(self, shop: Shop) -> None:
         document = ok_json(shop.url, "stats")
-        assert set(document) == {"now", "types", "throughput"}
+        assert set(document) == {
+            *("now", "types", "throughput", "error_groups", "errors_read"),
+            *("notify_degraded", "notify_reason"),
+        }
         types = {t["type_name"]: t for t in document["types"]}
         assert list(types) == ["charge", "place_order", "send_email"]
         charge, email = types["charge"], types["send_email"]
@@ -211,10 +214,28 @@ class TestStats:
         assert types["place_order"]["blocked"] == 1
         assert [w["window"] for w in charge["recent"]] == [60.0, 300.0, 900.0]
 
+    def test_json_has_throughput_and_error_groups(self, shop: Shop) -> None:
+        document = ok_json(shop.url, "stats")
+        # The dashboard's hour by minutes: the completed charge and the two failed e-mails,
+        # finished 10 minutes ago, are in it (it was always [] before).
+        buckets = document["throughput"]
+        assert len(buckets) == 60
+        assert (sum(b["completed"] for b in buckets), sum(b["failed"] for b in buckets)) == (1, 2)
+        [group] = document["error_groups"]
+        assert (group["error_type"], group["jobs"], group["messages"]) == ("SMTPError", 2, 1)
+        assert group["example"] == "SMTPError: connection refused by mail.example.com"
+        assert group["type_names"] == ["send_email"]
+        assert document["errors_read"] == 2
+        assert (document["notify_degraded"], document["notify_reason"]) == (False, None)
+        narrow = ok_json(shop.url, "stats", "--throughput-window", "10m", "--throughput-step", "5m")
+        assert len(narrow["throughput"]) == 2
+
     def test_table_and_type_filter(self, shop: Shop) -> None:
         result = cli(shop.url, "stats")
         assert result.exit_code == 0, result.output
         assert "charge" in result.stdout
         assert "SMTPError" in result.stdout
+        assert "failed jobs by error" in result.stdout
+        assert "connection refused by mail.example.com" in result.stdout
         only = ok_json(shop.url, "stats", "--type", "charge", "--type", "refund")
         assert [t["type_name"] for t in only["types"]] == ["charge", "refund"]

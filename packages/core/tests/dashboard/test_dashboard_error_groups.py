@@ -100,3 +100,29 @@ async def test_44_card_errors_differing_only_in_their_order_ref_are_one_group_of
 async def test_no_group_table_without_failed_jobs(browser: Browser) -> None:
     page = (await browser.get("/jobs?status=failed")).text
     assert "Errors, grouped" not in page
+
+
+async def test_queue_stats_groups_failed_jobs_as_the_page_does(client: Client, browser: Browser) -> None:
+    cards = [
+        ("CardExpired", f"card for order ORD-{10_400 + n} expired on {1 + n % 12}/2026") for n in range(44)
+    ]
+    await fail_jobs(client, [*cards, ("KeyError", "'sku'"), ("KeyError", "'price'")])
+
+    stats = await client.queue_stats(error_sample=1_000)
+    found = {g.fingerprint: (g.jobs, g.messages, g.type_names) for g in stats.error_groups}
+    assert found == {CARD: (44, 44, ("flaky",)), "KeyError: '<v>'": (2, 2, ("flaky",))}
+    assert [g.fingerprint for g in stats.error_groups] == [CARD, "KeyError: '<v>'"]  # most jobs first
+    assert stats.errors_read == 46
+    page = groups((await browser.get("/jobs?status=failed")).text)
+    assert {fingerprint: counts[:2] for fingerprint, counts in page.items()} == {
+        fingerprint: counts[:2] for fingerprint, counts in found.items()
+    }
+
+    # The newest failed jobs only, as many as asked for; none unless asked (the gauges' sampler
+    # reads queue_stats every few seconds and does not pay for them).
+    capped = await client.queue_stats(error_sample=10)
+    assert (capped.errors_read, sum(g.jobs for g in capped.error_groups)) == (10, 10)
+    plain = await client.queue_stats()
+    assert (plain.error_groups, plain.errors_read) == ((), 0)
+    other = await client.queue_stats(type_names=["send_email"], error_sample=1_000)
+    assert (other.error_groups, other.errors_read) == ((), 0)

@@ -14,8 +14,8 @@ from jobchain.client import Client
 from jobchain.contracts.state import MAX_PAGE_SIZE
 from jobchain.dashboard.charts import blocker_graph, throughput_chart
 from jobchain.dashboard.context import client_of, render
-from jobchain.dashboard.error_groups import SHOWN_GROUPS, ErrorGroup, group_errors
 from jobchain.entities import Chain, Job, JobStatus, WorkerState, utcnow, validate_id
+from jobchain.error_groups import SHOWN_GROUPS, ErrorGroup, group_errors
 from jobchain.errors import InvalidArgumentError, InvalidJobIdError, JobchainError
 from jobchain.job_types import validate_type_name
 

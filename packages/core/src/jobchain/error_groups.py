@@ -1,4 +1,5 @@
-"""Error groups of the failed-jobs page: failed jobs by the fingerprint of their last error.
+"""Error groups: failed jobs by the fingerprint of their last error (``queue_stats``, the
+dashboard's failed-jobs page, ``jobchain stats``).
 
 A job's last error is the last entry of its error history (``attempt_errors``), or for a job
 without one its ``last_attempt_error`` as a plain message. Errors differing only in the
@@ -18,10 +19,10 @@ from jobchain.entities import Job
 from jobchain.error_fingerprint import error_fingerprint, error_line
 
 SHOWN_GROUPS: Final = 10
-"""Groups shown on the page, the largest first; the page says how many more there are."""
+"""Groups shown on the dashboard's page, the largest first; it says how many more there are."""
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True, kw_only=True)
 class ErrorGroup:
     """Jobs whose last error has one fingerprint.
 
