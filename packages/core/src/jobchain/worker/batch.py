@@ -8,6 +8,10 @@ completion (one statement where the adapter batches completions), in which each 
 decided on its own: a job whose lease was lost meanwhile is refused without undoing the
 others, as a savepoint per job would. A handler that raises reschedules every job of the
 batch with that error.
+
+A batch learns that its jobs were lost (cancelled, deleted, taken) as a single attempt does:
+at the latest from the lease renewal that follows, and, with a notify backend, from the
+ownership-lost notification once the batch has run ``WATCH_AFTER_SECONDS``.
 """
 
 from __future__ import annotations
@@ -17,19 +21,20 @@ import logging
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
-from jobchain.contracts import JobRenewLease
+from jobchain.contracts import MAX_PAGE_SIZE, JobRenewLease, JobsList
 from jobchain.entities import Job
 from jobchain.errors import JobchainError, JobTimeoutError
 from jobchain.worker.abort import AbortReason, AbortSignal
 from jobchain.worker.deadline import Deadline
 from jobchain.worker.emitter import AttemptScopes
 from jobchain.worker.failures import fail_over_limit, now_of, over_limit, record_failure
-from jobchain.worker.ownership import OWNERSHIP_LOSSES, reason_for_error
+from jobchain.worker.ownership import OWNERSHIP_LOSSES, reason_for, reason_for_error
 from jobchain.worker.processors import call_in_thread
-from jobchain.worker.runner import AttemptSettings
+from jobchain.worker.runner import WATCH_AFTER_SECONDS, AttemptSettings
 
 if TYPE_CHECKING:
     from jobchain.client import Client
+    from jobchain.contracts import Unsubscribe
     from jobchain.worker.completer import CompletionGroups
     from jobchain.worker.processors import Processor
 
@@ -48,7 +53,8 @@ class Batch(Generic[I, O]):
 
     ``jobs[i]`` goes with ``inputs[i]``; return a sequence whose ``i``-th entry is that job's
     output, or an exception to reschedule that job alone (``RescheduleJobError`` chooses
-    when). ``signal`` fires when the worker shuts down or every job's lease was lost.
+    when). ``signal`` fires when the worker shuts down or every job was lost, with the
+    reason of the loss that left none (``cancelled`` when the last chains were cancelled).
     """
 
     __slots__ = ("context", "inputs", "jobs", "signal", "worker_id")
@@ -85,7 +91,11 @@ class BatchRunner:
         self.on_event = on_event
         self.groups = groups
         self.attempt: Batch[Any, Any] | None = None  # named as AttemptRunner's: the worker aborts it
-        self._lost: set[str] = set()
+        self._lost: dict[str, AbortReason | None] = {}
+        """Jobs no longer this batch's to write: why they were lost (None: failed over their limit)."""
+        self._watching: list[asyncio.Task[None]] = []
+        self._unsubscribes: list[Unsubscribe] = []
+        self._stopped = False  # the outcome is being written: no more checks
 
     async def run(self, *, renew_first: bool = False) -> None:
         """Run the batch; never raises except on cancellation.
@@ -118,7 +128,7 @@ class BatchRunner:
                     for job in spent
                 )
             )
-            self._lost.update(job.id for job in spent)
+            self._lost.update((job.id, None) for job in spent)
         for job in self.jobs:
             if job.id in self._lost:
                 continue
@@ -133,7 +143,10 @@ class BatchRunner:
             return
         batch: Batch[Any, Any] = Batch(jobs, inputs, self.worker_id)
         self.attempt = batch
-        renewal = asyncio.create_task(self._renew_forever(batch))
+        self._watching = [
+            asyncio.create_task(self._renew_forever(batch)),
+            asyncio.create_task(self._watch(batch)),
+        ]
         deadline: Deadline | None = None
         timeout = self.settings.timeout
         if timeout is not None:
@@ -150,13 +163,14 @@ class BatchRunner:
             overran: float | None = None
             if deadline is not None and deadline.failed and isinstance(error, JobTimeoutError):
                 overran = deadline.seconds  # every job of the batch timed out with it
+            # Stopped first: the reschedules below would read as losses to a check or renewal.
+            await self._stop_watching()
             await self._reschedule_each(
                 [(job, error) for job in jobs if job.id not in self._lost], timed_out=overran
             )
             return
         finally:
-            renewal.cancel()
-            await asyncio.gather(renewal, return_exceptions=True)
+            await self._stop_watching()
         await self._finish(jobs, outputs)
 
     async def _call_in_time(self, batch: Batch[Any, Any], deadline: Deadline | None) -> list[Any]:
@@ -255,8 +269,7 @@ class BatchRunner:
                     )
                 except OWNERSHIP_LOSSES as lost:
                     # A refused renewal changes nothing, so the transaction carries on.
-                    self._lost.add(job.id)
-                    self.on_event("job_attempt_" + reason_for_error(lost).value, job, {})
+                    self._lose(job, reason_for_error(lost))
 
     async def _renew_forever(self, batch: Batch[Any, Any]) -> None:
         lease = self.settings.lease
@@ -273,6 +286,80 @@ class BatchRunner:
                 if loop.time() >= expires:
                     batch.signal.abort(AbortReason.ERROR)
                     return
-            if all(job.id in self._lost for job in batch.jobs):
-                batch.signal.abort(AbortReason.TAKEN_BY_ANOTHER_WORKER)
+            if batch.signal.fired is not None:
+                return  # every job lost: _lose fired the signal with the reason
+
+    def _lose(self, job: Job, reason: AbortReason) -> None:
+        """Note that ``job`` is no longer this batch's (once); the last job lost fires the
+        batch's signal with its reason, so a cancelled batch stops as ``cancelled``."""
+        if job.id in self._lost:
+            return
+        self._lost[job.id] = reason
+        self.on_event("job_attempt_" + reason.value, job, {})
+        batch = self.attempt
+        if batch is not None and all(j.id in self._lost for j in batch.jobs):
+            batch.signal.abort(reason)
+
+    async def _watch(self, batch: Batch[Any, Any]) -> None:
+        """Listen for the ownership loss of the batch's jobs once it has run a while (quick
+        batches pay for no subscription), then read them once for losses published before."""
+        notify = self.client.notify
+        if notify is None:
+            return  # the renewals tell
+        await asyncio.sleep(WATCH_AFTER_SECONDS)
+        if batch.signal.fired is not None:
+            return
+        for job in batch.jobs:
+            if job.id in self._lost:
+                continue
+            try:
+                self._unsubscribes.append(
+                    await notify.listen_job_ownership_lost(job.id, self._on_ownership_lost)
+                )
+            except Exception:  # notifications are hints; renewal still detects the loss
+                log.warning("could not listen for ownership loss of job %s", job.id, exc_info=True)
                 return
+        await self._check_ownership([job.id for job in batch.jobs])
+
+    def _on_ownership_lost(self, job_id: str) -> None:
+        batch = self.attempt
+        if self._stopped or batch is None or batch.signal.fired is not None or job_id in self._lost:
+            return
+        task = asyncio.get_running_loop().create_task(self._check_ownership([job_id]))
+        self._watching.append(task)
+
+    async def _check_ownership(self, job_ids: list[str]) -> None:
+        """Read the jobs ``job_ids`` still held and note the ones lost meanwhile."""
+        held = {job.id: job for job in self.jobs if job.id in job_ids and job.id not in self._lost}
+        if not held:
+            return
+        ids = list(held)
+        current: dict[str, Job] = {}
+        try:
+            async with self.client.state.transaction(read_only=True) as tx:
+                for start in range(0, len(ids), MAX_PAGE_SIZE):
+                    page = ids[start : start + MAX_PAGE_SIZE]
+                    found = await tx.jobs_list(JobsList(job_ids=page, limit=len(page)))
+                    current.update((job.id, job) for job in found.items)
+        except Exception:  # a hint only: the batch's own writes are fenced anyway
+            log.debug("could not read the jobs of a batch to check their ownership", exc_info=True)
+            return
+        for job_id, job in held.items():
+            reason = reason_for(current.get(job_id), self.worker_id, job.lease_generation)
+            if reason is not None:
+                self._lose(job, reason)
+
+    async def _stop_watching(self) -> None:
+        """Stop renewing and listening (idempotent): the batch's outcome is being written."""
+        self._stopped = True
+        tasks, self._watching = self._watching, []
+        for task in tasks:
+            task.cancel()
+        if tasks:
+            await asyncio.gather(*tasks, return_exceptions=True)
+        unsubscribes, self._unsubscribes = self._unsubscribes, []
+        for unsubscribe in unsubscribes:
+            try:
+                await unsubscribe()
+            except Exception:
+                log.debug("unsubscribe failed", exc_info=True)
