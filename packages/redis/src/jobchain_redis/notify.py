@@ -26,10 +26,10 @@ from datetime import timedelta
 from typing import Final
 
 from redis.asyncio import ConnectionPool, Redis
+from redis.asyncio.retry import Retry
 from redis.backoff import NoBackoff
 from redis.commands.core import AsyncScript
 from redis.exceptions import AuthenticationError
-from redis.retry import Retry
 
 from jobchain.contracts.capabilities import Capability
 from jobchain.contracts.notify import Listener, Unsubscribe
