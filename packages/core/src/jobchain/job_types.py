@@ -18,8 +18,9 @@ Why dataclasses, validated by msgspec:
   (``Expected `int`, got `str` - at `$.count```), which becomes the ``details`` of
   :class:`~jobchain.errors.JobTypeValidationError`.
 * msgspec also accepts ``TypedDict``, ``msgspec.Struct``, primitives, ``None`` and
-  ``dict[str, Any]`` for the cases where a dataclass is too much; pydantic models are not
-  needed and not a dependency.
+  ``dict[str, Any]`` for the cases where a dataclass is too much. pydantic models and plain
+  classes are refused by :meth:`JobTypes.define` with :class:`~jobchain.errors.NotJsonSerializableError`
+  (naming the class, its path and what is supported), never at the first start.
 
 Registries defined in separate modules are *slices*; :meth:`JobTypes.merge` combines them
 and rejects a name declared twice.
@@ -34,9 +35,10 @@ from collections.abc import Set as AbstractSet
 from dataclasses import dataclass
 from datetime import timedelta
 from enum import Enum
-from typing import Any, Final, Generic, Literal, TypeAlias, final, overload
+from typing import Any, Final, Generic, Literal, TypeAlias, final, get_origin, overload
 
 import msgspec
+import msgspec.inspect
 from typing_extensions import TypeVar
 
 from jobchain.entities import JsonValue, RateLimit, TypeLimits, validate_priority
@@ -367,8 +369,8 @@ class JobTypes:
         checked_fail_on = validate_fail_on(fail_on, f"{name}: fail_on")
         job_type: JobType[Any, Any] = JobType(
             name=name,
-            input_type=_declared(input),
-            output_type=_declared(output),
+            input_type=_declared(input, name, "input"),
+            output_type=_declared(output, name, "output"),
             entry=entry,
             continues_with=_name_set("continues_with", continues_with),
             blockers=_name_set("blockers", blockers),
@@ -474,15 +476,92 @@ class JobTypes:
             )
 
 
-def _declared(type_: Any) -> Any:
-    """Normalise a declared input/output type (``None`` means the value must be None)."""
+SUPPORTED_TYPES = (
+    "dataclasses, TypedDict, msgspec.Struct, NamedTuple, str, int, float, bool, None, "
+    "list/tuple/dict[str, Any] of these, Literal, Enum, datetime, date, time, timedelta, UUID, Decimal"
+)
+"""What a job input or output may be declared as (named by the error for anything else)."""
+
+
+def _declared(type_: Any, type_name: str = "?", which: str = "input") -> Any:
+    """Normalise a declared input/output type (``None`` means the value must be None).
+
+    Refuses, at definition, any type the JSON boundary could not encode and decode: msgspec
+    builds a decoder for an arbitrary class without complaint (it would need an enc_hook and
+    a dec_hook, which jobchain does not pass), so a pydantic model or a plain class used to
+    pass here and fail every start with "not JSON-serializable".
+    """
     if type_ is None:
         return type(None)
+    where = f"{type_name}: {which} type {_type_label(type_)}"
     try:
         msgspec.json.Decoder(type_)
+        info = msgspec.inspect.type_info(type_)
     except TypeError as exc:
-        raise InvalidArgumentError(
-            f"{type_!r} cannot be used as a job input or output type ({exc}); use a dataclass, "
-            "TypedDict, msgspec.Struct, primitive, None or dict[str, Any]"
+        raise NotJsonSerializableError(
+            f"{where} cannot be used as a job input or output type ({exc}); supported: {SUPPORTED_TYPES}"
         ) from None
+    found = _custom_class(info, "$", set())
+    if found is not None:
+        cls, path = found
+        if _is_pydantic(cls):
+            what = "a pydantic model"
+            hint = (
+                "pydantic models are not supported: declare a dataclass (or dict[str, Any]) with "
+                "the same fields and build the model in the handler if you need one"
+            )
+        else:
+            what = "a class"
+            hint = "make it a @dataclass or a msgspec.Struct"
+        raise NotJsonSerializableError(
+            f"{where} cannot be used as a job input or output type: {cls.__qualname__} at {path} "
+            f"is {what} that jobchain cannot encode as JSON or decode back; {hint}; "
+            f"supported: {SUPPORTED_TYPES}"
+        )
     return type_
+
+
+def _type_label(type_: Any) -> str:
+    if isinstance(type_, type) and get_origin(type_) is None:
+        return type_.__qualname__
+    return repr(type_)
+
+
+def _custom_class(info: msgspec.inspect.Type, path: str, seen: set[int]) -> tuple[type, str] | None:
+    """The first class in ``info`` that msgspec could only handle through hooks, and its path."""
+    if isinstance(info, msgspec.inspect.CustomType):
+        return info.cls, path
+    if id(info) in seen:  # a recursive Struct or dataclass refers back to itself
+        return None
+    seen.add(id(info))
+    children: list[tuple[msgspec.inspect.Type, str]] = []
+    if isinstance(
+        info,
+        (
+            msgspec.inspect.DataclassType,
+            msgspec.inspect.StructType,
+            msgspec.inspect.TypedDictType,
+            msgspec.inspect.NamedTupleType,
+        ),
+    ):
+        children = [(f.type, f"{path}.{f.name}") for f in info.fields]
+    elif isinstance(info, (msgspec.inspect.DictType, msgspec.inspect.FrozenDictType)):
+        children = [(info.key_type, f"{path} (a key)"), (info.value_type, f"{path}[...]")]
+    elif isinstance(info, msgspec.inspect.CollectionType):
+        children = [(info.item_type, f"{path}[...]")]
+    elif isinstance(info, msgspec.inspect.TupleType):
+        children = [(item, f"{path}[{index}]") for index, item in enumerate(info.item_types)]
+    elif isinstance(info, msgspec.inspect.UnionType):
+        children = [(option, path) for option in info.types]
+    elif isinstance(info, msgspec.inspect.Metadata):
+        children = [(info.type, path)]
+    for child, child_path in children:
+        found = _custom_class(child, child_path, seen)
+        if found is not None:
+            return found
+    return None
+
+
+def _is_pydantic(cls: type) -> bool:
+    """Whether ``cls`` is a pydantic model, without importing pydantic."""
+    return any(base.__module__.split(".")[0] == "pydantic" for base in cls.__mro__)
