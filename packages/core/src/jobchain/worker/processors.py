@@ -12,7 +12,7 @@ import inspect
 from collections.abc import Awaitable, Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from datetime import timedelta
-from typing import TYPE_CHECKING, Any, Literal, Protocol, TypeVar
+from typing import TYPE_CHECKING, Any, Literal, Protocol, TypeVar, overload
 
 from jobchain.errors import DuplicateJobTypeError, InvalidArgumentError, InvalidScheduleError
 from jobchain.job_types import UNSET, MaxAttempts, validate_max_attempts, validate_timeout
@@ -20,13 +20,16 @@ from jobchain.periodic import CronTicks, PeriodicSchedule, validate_schedule_nam
 from jobchain.worker.backoff import Backoff, LeaseConfig
 
 if TYPE_CHECKING:
-    from jobchain.job_types import JobType
+    from jobchain.job_types import AnyContinuation, JobType
     from jobchain.transactions import Transaction
     from jobchain.worker.attempt import Attempt, Completed
     from jobchain.worker.batch import Batch
 
 I = TypeVar("I")  # noqa: E741 -- conventional input/output type variable names
 O = TypeVar("O")  # noqa: E741
+# The job type's successors (its ``N``, the tuple of ``continues_with``), matched against the
+# ``Next`` of the handler's ``Attempt[I, O, Next]`` by register() and handler().
+_N = TypeVar("_N")
 
 AsyncHandler = Callable[["Attempt[Any, Any, Any]"], Awaitable["Completed"]]
 SyncHandler = Callable[["Attempt[Any, Any, Any]"], Any]
@@ -97,10 +100,54 @@ class Processors:
             deadline if deadline is not None else slice_timeout,
         )
 
+    # Three overloads, so that a handler annotated with successors (``Attempt[I, O, Next]``)
+    # must name exactly the job type's ``continues_with`` tuple (same length, order, inputs and
+    # outputs), while the annotations that name none keep type-checking: a job type declared
+    # without a tuple (or annotated ``JobType[I, O]``) takes any handler, and a handler
+    # annotated ``Attempt[I, O]`` (continue with anything, checked at run time) any job type.
+    # The exact overload comes first: a call that matches none is reported against it
+    # ("Argument 2 to "register" of "Processors" has incompatible type ...; expected ...").
+    @overload
     def register(
         self,
-        job_type: JobType[I, O],
+        job_type: JobType[I, O, _N, Any],
+        handler: Callable[[Attempt[I, O, _N]], Awaitable[Completed]] | Callable[[Attempt[I, O, _N]], Any],
+        *,
+        retry: Backoff | None = ...,
+        lease: LeaseConfig | None = ...,
+        max_attempts: MaxAttempts = ...,
+        timeout: timedelta | float | None = ...,
+    ) -> None: ...
+
+    @overload
+    def register(
+        self,
+        job_type: JobType[I, O, AnyContinuation, Any],
         handler: Callable[[Attempt[I, O, Any]], Awaitable[Completed]] | Callable[[Attempt[I, O, Any]], Any],
+        *,
+        retry: Backoff | None = ...,
+        lease: LeaseConfig | None = ...,
+        max_attempts: MaxAttempts = ...,
+        timeout: timedelta | float | None = ...,
+    ) -> None: ...
+
+    @overload
+    def register(
+        self,
+        job_type: JobType[I, O, Any, Any],
+        handler: Callable[[Attempt[I, O, AnyContinuation]], Awaitable[Completed]]
+        | Callable[[Attempt[I, O, AnyContinuation]], Any],
+        *,
+        retry: Backoff | None = ...,
+        lease: LeaseConfig | None = ...,
+        max_attempts: MaxAttempts = ...,
+        timeout: timedelta | float | None = ...,
+    ) -> None: ...
+
+    def register(
+        self,
+        job_type: JobType[Any, Any],
+        handler: Callable[[Attempt[Any, Any, Any]], Any],
         *,
         retry: Backoff | None = None,
         lease: LeaseConfig | None = None,
@@ -128,18 +175,46 @@ class Processors:
             timeout=deadline,
         )
 
+    # As for register(): a job type declared without a tuple takes any handler (first, as
+    # only the job type is known here); one declared with a tuple takes a handler annotated
+    # with exactly that tuple, or with none (``Attempt[I, O]``).
+    @overload
     def handler(
         self,
-        job_type: JobType[I, O],
+        job_type: JobType[I, O, AnyContinuation, Any],
+        *,
+        retry: Backoff | None = ...,
+        lease: LeaseConfig | None = ...,
+        max_attempts: MaxAttempts = ...,
+        timeout: timedelta | float | None = ...,
+    ) -> Callable[[Callable[[Attempt[I, O, Any]], Any]], Callable[[Attempt[I, O, Any]], Any]]: ...
+
+    @overload
+    def handler(
+        self,
+        job_type: JobType[I, O, _N, Any],
+        *,
+        retry: Backoff | None = ...,
+        lease: LeaseConfig | None = ...,
+        max_attempts: MaxAttempts = ...,
+        timeout: timedelta | float | None = ...,
+    ) -> Callable[
+        [Callable[[Attempt[I, O, _N]], Any] | Callable[[Attempt[I, O, AnyContinuation]], Any]],
+        Callable[[Attempt[I, O, Any]], Any],
+    ]: ...
+
+    def handler(
+        self,
+        job_type: JobType[Any, Any],
         *,
         retry: Backoff | None = None,
         lease: LeaseConfig | None = None,
         max_attempts: MaxAttempts = UNSET,
         timeout: timedelta | float | None = None,
-    ) -> Callable[[Callable[[Attempt[I, O, Any]], Any]], Callable[[Attempt[I, O, Any]], Any]]:
+    ) -> Callable[[Callable[[Attempt[Any, Any, Any]], Any]], Callable[[Attempt[Any, Any, Any]], Any]]:
         """Decorator form of :meth:`register`."""
 
-        def decorate(fn: Callable[[Attempt[I, O, Any]], Any]) -> Callable[[Attempt[I, O, Any]], Any]:
+        def decorate(fn: Callable[[Attempt[Any, Any, Any]], Any]) -> Callable[[Attempt[Any, Any, Any]], Any]:
             self.register(job_type, fn, retry=retry, lease=lease, max_attempts=max_attempts, timeout=timeout)
             return fn
 
