@@ -54,12 +54,31 @@ class PluginFailure:
 
 
 @dataclass(frozen=True, slots=True)
+class UnmarkedHook:
+    """A plugin function named like a hook but without ``@hookimpl``: pluggy never calls it."""
+
+    plugin: str
+    """The plugin's name in the manager."""
+    module: str
+    function: str
+    distribution: str | None
+
+
+@dataclass(frozen=True, slots=True)
 class LoadedPlugins:
     """A ready PluginManager, the origin of every plugin in it, and the plugins that failed."""
 
     manager: pluggy.PluginManager
     sources: Mapping[str, PluginSource]
     failures: tuple[PluginFailure, ...] = ()
+    unmarked_hooks: tuple[UnmarkedHook, ...] = ()
+    """Hook-named functions the plugins define without ``@hookimpl`` (each logged as a warning)."""
+
+
+HOOK_NAMES: Final[tuple[str, ...]] = tuple(
+    name for name in dir(hookspecs) if hasattr(getattr(hookspecs, name), f"{PROJECT_NAME}_spec")
+)
+"""The names of the hookspecs (``jobchain_backends``, ``jobchain_observers``)."""
 
 
 _lock = threading.Lock()
@@ -84,7 +103,36 @@ def load_plugins() -> LoadedPlugins:
         if registered is not None:
             sources[registered] = PluginSource(registered, module_name, None, None, via_entry_point=False)
     pm.check_pending()
-    return LoadedPlugins(pm, MappingProxyType(sources), tuple(failures))
+    unmarked = tuple(hook for name, source in sources.items() for hook in _unmarked_hooks(pm, name, source))
+    return LoadedPlugins(pm, MappingProxyType(sources), tuple(failures), unmarked)
+
+
+def _unmarked_hooks(pm: pluggy.PluginManager, name: str, source: PluginSource) -> list[UnmarkedHook]:
+    """Warn about each function of the plugin named like a hook but lacking ``@hookimpl``.
+
+    pluggy registers only marked functions and skips the rest without a word, so a plugin
+    whose ``jobchain_observers`` forgot its decorator loaded cleanly and its hook never ran.
+    """
+    plugin = pm.get_plugin(name)
+    found: list[UnmarkedHook] = []
+    for hook_name in HOOK_NAMES:
+        candidate = getattr(plugin, hook_name, None)
+        if not callable(candidate) or candidate is getattr(hookspecs, hook_name):
+            continue  # absent, or the spec itself imported into the module
+        if pm.parse_hookimpl_opts(plugin, hook_name) is not None:
+            continue  # marked: pluggy registered it
+        hook = UnmarkedHook(name, source.module, hook_name, source.distribution)
+        logger.warning(
+            "jobchain: plugin %r (module %s, from %s) defines %s() without @jobchain.plugins.hookimpl, "
+            "so its hook never runs; decorate it with @jobchain.plugins.hookimpl "
+            "(from jobchain.plugins import hookimpl)",
+            name,
+            source.module,
+            source.distribution or "no distribution",
+            hook_name,
+        )
+        found.append(hook)
+    return found
 
 
 def _load_entry_points(pm: pluggy.PluginManager, sources: dict[str, PluginSource]) -> list[PluginFailure]:
@@ -153,6 +201,7 @@ __all__ = [
     "LoadedPlugins",
     "PluginFailure",
     "PluginSource",
+    "UnmarkedHook",
     "collect_observers",
     "get_loaded_plugins",
     "get_plugin_manager",
