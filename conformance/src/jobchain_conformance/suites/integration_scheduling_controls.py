@@ -72,18 +72,21 @@ class PeriodicScheduleTests(IntegrationSuiteBase):
         for worker in workers:
             await worker.start()
         ticks = 5
-        # Each worker catches up 00:00 (the last tick <= its start), then every tick is due
-        # in all three at once: exactly one chain per tick between them.
+        # A new schedule starts from its first registration: 00:00, before it existed, is not
+        # caught up. Then every tick is due in all three workers at once: exactly one chain
+        # per tick between them.
         await _run_due_everywhere(workers, start)
+        assert await env.chains_of_type(client, report) == []  # type: ignore[arg-type]
         for minute in range(1, ticks + 1):
             clock.now = start.replace(minute=minute, second=0)  # exactly at the tick
             await _run_due_everywhere(workers, clock.now)
             await _run_due_everywhere(workers, clock.now + timedelta(seconds=20))  # nothing new
         chains = await env.chains_of_type(client, report)  # type: ignore[arg-type]
-        assert len(chains) == ticks + 1
+        assert len(chains) == ticks
         keys = sorted(chain.root.deduplication_key or "" for chain in chains)
         assert keys == [
-            f"periodic:every-minute:{start.replace(minute=m, second=0).isoformat()}" for m in range(ticks + 1)
+            f"periodic:every-minute:{start.replace(minute=m, second=0).isoformat()}"
+            for m in range(1, ticks + 1)
         ]
         done = await env.await_chains(client, [chain.id for chain in chains])
         assert {chain.output["tag"] for chain in done} == {"tick"}
@@ -101,6 +104,8 @@ class PeriodicScheduleTests(IntegrationSuiteBase):
         for worker in workers:
             await worker.start()
         await _run_due_everywhere(workers, start)
+        clock.now = start.replace(minute=1, second=0)
+        await _run_due_everywhere(workers, clock.now)  # the 00:01 tick: one chain
         for worker in workers:
             await worker.stop()
         # The fleet was down for an hour: 60 ticks passed. New workers start the last only.
@@ -111,8 +116,31 @@ class PeriodicScheduleTests(IntegrationSuiteBase):
         await _run_due_everywhere(later, clock.now)
         await _run_due_everywhere(later, clock.now + timedelta(seconds=5))
         chains = await env.chains_of_type(clients[0], report)  # type: ignore[arg-type]
-        assert len(chains) == 2
-        assert sorted(c.root.deduplication_key or "" for c in chains)[-1].endswith("T01:00:00+00:00")
+        keys = sorted(c.root.deduplication_key or "" for c in chains)
+        assert len(chains) == 2, keys
+        assert keys[0].endswith("T00:01:00+00:00")
+        assert keys[-1].endswith("T01:00:00+00:00")
+
+    async def test_a_new_schedule_does_not_start_the_tick_before_it_existed(
+        self, env: IntegrationEnv
+    ) -> None:
+        # A daily 03:00 schedule first deployed at 21:54 (the default catch_up=True): the
+        # 03:00 that passed before it existed is not a missed tick. Nothing starts until 03:00.
+        deployed = datetime(2026, 1, 1, 21, 54, tzinfo=UTC)
+        clock = _Clock(deployed)
+        clients, workers, report = _periodic_fleet(env, clock, cron="0 3 * * *")
+        for worker in workers:
+            await worker.start()
+        await _run_due_everywhere(workers, deployed)
+        clock.now = deployed + timedelta(hours=5)
+        await _run_due_everywhere(workers, clock.now)
+        assert await env.chains_of_type(clients[0], report) == []  # type: ignore[arg-type]
+        clock.now = datetime(2026, 1, 2, 3, 0, 1, tzinfo=UTC)
+        await _run_due_everywhere(workers, clock.now)
+        chains = await env.chains_of_type(clients[0], report)  # type: ignore[arg-type]
+        assert [c.root.deduplication_key for c in chains] == [
+            "periodic:every-minute:2026-01-02T03:00:00+00:00"
+        ]
 
     async def test_without_catch_up_only_ticks_after_the_start_count(self, env: IntegrationEnv) -> None:
         start = datetime(2026, 1, 1, 0, 0, 30, tzinfo=UTC)

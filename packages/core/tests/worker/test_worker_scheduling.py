@@ -268,6 +268,38 @@ class TestScheduler:
         assert started.tick == NOW.replace(minute=1, second=0)
         assert not started.deduplicated
 
+    async def test_a_new_schedule_starts_from_now_not_from_its_last_tick(self) -> None:
+        # "0 3 * * *" first deployed at 21:54: today's 03:00 tick was before the schedule existed,
+        # so nothing starts now (catch_up=True, the default); tomorrow's 03:00 starts.
+        types = JobTypes()
+        report = types.define("report", input=Num, output=None, entry=True)
+        deployed = datetime(2026, 1, 1, 21, 54, tzinfo=UTC)
+        client = Client(MemoryStateAdapter(), None, types, clock=lambda: deployed)
+        worker = Worker(client, _scheduled(types, report, "0 3 * * *"))
+        assert worker.scheduler is not None
+        assert await worker.scheduler.run_due(deployed) == []
+        [started] = await worker.scheduler.run_due(datetime(2026, 1, 2, 3, 0, 5, tzinfo=UTC))
+        assert started.tick == datetime(2026, 1, 2, 3, 0, tzinfo=UTC)
+
+    async def test_catch_up_covers_ticks_missed_after_the_first_registration(self) -> None:
+        # Registered at 21:54 by a worker that stopped before 03:00; the next worker starts at
+        # 08:00: the 03:00 tick was missed while the schedule existed, so it starts (once).
+        types = JobTypes()
+        report = types.define("report", input=Num, output=None, entry=True)
+        state = MemoryStateAdapter()
+        deployed = datetime(2026, 1, 1, 21, 54, tzinfo=UTC)
+        first = Worker(Client(state, None, types), _scheduled(types, report, "0 3 * * *"))
+        assert first.scheduler is not None
+        assert await first.scheduler.run_due(deployed) == []
+        back = datetime(2026, 1, 2, 8, 0, tzinfo=UTC)
+        later = Worker(Client(state, None, types), _scheduled(types, report, "0 3 * * *"))
+        assert later.scheduler is not None
+        [started] = await later.scheduler.run_due(back)
+        assert started.tick == datetime(2026, 1, 2, 3, 0, tzinfo=UTC)
+        without = Worker(Client(state, None, types), _scheduled(types, report, "0 3 * * *", catch_up=False))
+        assert without.scheduler is not None
+        assert await without.scheduler.run_due(back) == []  # catch_up=False: only ticks after now
+
     async def test_a_schedule_of_an_unregistered_type_is_refused(self) -> None:
         types = JobTypes()
         report = types.define("report", input=Num, output=None, entry=True)

@@ -100,7 +100,8 @@ async def run_until_idle(
     are due; a failed attempt is retried after its backoff, so it runs again only in a later
     call once the clock has passed its ``scheduled_at``. Due periodic ticks of the
     processors' schedules start first (the first call on a client is when its test worker
-    "started": later calls start the ticks after it, ``catch_up`` schedules the latest before).
+    "started": later calls start the ticks after it; a ``catch_up`` schedule registered before
+    it, by an earlier client, the latest missed since).
 
     ``now``: the time the run stands at (default: the client's clock, else the real time);
     everything the run writes is stamped with it. ``retry``, ``max_attempts``, ``timeout``:

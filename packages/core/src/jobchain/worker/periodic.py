@@ -6,12 +6,15 @@ out of all of them because each tick's chain is started with the same deduplicat
 which the state backend makes safe under concurrent starts.
 
 At start the scheduler registers its schedules (``schedules_register``, forgetting rows no
-worker registered for a week) and reads back the last tick any worker did. With
-``catch_up`` it then starts the latest tick at or before now if no worker did it yet —
-only that one, never one per missed tick. From then on it starts each tick when it is due
-(:meth:`Scheduler.run_due`, a function of ``now`` so tests drive it with an injected clock)
-and registers the tick (``last_tick_at``, ``last_chain_id``, ``next_tick_at``). A clock
-that jumps over several ticks (a suspended machine) starts the latest of them only.
+worker registered for a week) and reads back the last tick any worker did and when the
+schedule was first registered. With ``catch_up`` it then starts the latest tick at or before
+now if no worker did it yet and the schedule existed by then (first registered at or before
+it) — only that one, never one per missed tick. A schedule's first deploy starts nothing
+for the ticks before it: a daily 03:00 job deployed at 21:54 first runs at the next 03:00.
+From then on it starts each tick when it is due (:meth:`Scheduler.run_due`, a function of
+``now`` so tests drive it with an injected clock) and registers the tick (``last_tick_at``,
+``last_chain_id``, ``next_tick_at``). A clock that jumps over several ticks (a suspended
+machine) starts the latest of them only.
 """
 
 from __future__ import annotations
@@ -130,8 +133,9 @@ class Scheduler:
 
         The first call registers the schedules and learns the last tick any worker did. A
         schedule's due tick is its latest tick at or before ``now`` that is later than the
-        last one done (by this worker or, as registered, another); at the first call, without
-        ``catch_up``, only ticks after ``now`` count. Safe to call from several workers at
+        last one done (by this worker or, as registered, another); at the first call only ticks
+        after the schedule was first registered count (with ``catch_up``), or after ``now``
+        (without). Safe to call from several workers at
         once: each tick still gets one chain.
         """
         async with self._lock:
@@ -152,14 +156,20 @@ class Scheduler:
 
     async def _register_first(self, now: datetime) -> None:
         records = await self._register([self._registration(s, now) for s in self.schedules.values()], now, {})
-        last_ticks = {record.name: record.last_tick_at for record in records}
+        by_name = {record.name: record for record in records}
+        just_before = timedelta(microseconds=1)  # a tick at exactly that moment counts
         for schedule in self.schedules.values():
-            done = last_ticks.get(schedule.name)
+            record = by_name.get(schedule.name)
+            done = record.last_tick_at if record is not None else None
             if not schedule.catch_up:
-                # Only ticks after the worker started; one at exactly now included.
-                self._after[schedule.name] = _latest(done, now - timedelta(microseconds=1))
+                # Only ticks after the worker started.
+                self._after[schedule.name] = _latest(done, now - just_before)
             else:
-                self._after[schedule.name] = done
+                # Missed ticks are those since the schedule first existed: a tick before its
+                # first registration was never due (the first deploy of a weekly billing job
+                # must not bill at once).
+                existed = record.registered_at if record is not None else now
+                self._after[schedule.name] = _latest(done, existed - just_before)
 
     async def _start(self, schedule: PeriodicSchedule, tick: datetime) -> TickStarted:
         client = self._client

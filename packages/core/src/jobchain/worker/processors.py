@@ -307,9 +307,10 @@ class Processors:
         workers and deploys: every worker declaring it starts exactly one chain per tick
         between them (a deduplication key per name and tick). ``catch_up``: a worker that
         starts after a tick no worker ran (the fleet was down) starts the chain of the last
-        missed tick only, never one per missed tick; False skips it. Schedules are registered
-        in the state backend (``jobchain schedules``); one no worker declares any more is
-        forgotten a week after it was last seen.
+        missed tick only, never one per missed tick; False skips it. A tick before the
+        schedule was first registered is not missed: a new schedule starts from now.
+        Schedules are registered in the state backend (``jobchain schedules``); one no worker
+        declares any more is forgotten a week after it was last seen.
 
         Raises :class:`~jobchain.errors.InvalidScheduleError` (naming the expression) for an
         invalid cron expression, an unknown timezone, a bad or duplicate name, and
