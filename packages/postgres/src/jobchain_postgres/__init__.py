@@ -2,7 +2,8 @@
 
 Installing the distribution registers ``postgresql://`` and ``postgres://`` with jobchain; most
 applications only pass a URL to ``jobchain.connect``. Import from here to build adapters over
-your own psycopg pool or connection, or an SQLAlchemy engine.
+your own psycopg pool or connection, or an SQLAlchemy engine, and to run your own SQL in
+jobchain's transaction (``connection_of(tx)``, ``sync_connection_of(tx)``).
 
 Names load lazily, so that the entry-point module ``jobchain_postgres.plugin`` (imported by
 every jobchain process) never imports psycopg.
@@ -17,6 +18,7 @@ if TYPE_CHECKING:
     from jobchain_postgres.errors import PostgresStateError, SchemaNotMigratedError, StatementTimeoutError
     from jobchain_postgres.notify import PostgresNotifyAdapter
     from jobchain_postgres.options import Claim, NotifyOptions, StateOptions
+    from jobchain_postgres.own_sql import NotAPostgresTransactionError, connection_of, sync_connection_of
     from jobchain_postgres.state import PostgresStateAdapter
 
 _LAZY = {
@@ -28,6 +30,9 @@ _LAZY = {
     "PostgresStateError": "jobchain_postgres.errors",
     "SchemaNotMigratedError": "jobchain_postgres.errors",
     "StatementTimeoutError": "jobchain_postgres.errors",
+    "NotAPostgresTransactionError": "jobchain_postgres.own_sql",
+    "connection_of": "jobchain_postgres.own_sql",
+    "sync_connection_of": "jobchain_postgres.own_sql",
 }
 
 
@@ -40,6 +45,7 @@ def __getattr__(name: str) -> Any:
 
 __all__ = [
     "Claim",
+    "NotAPostgresTransactionError",
     "NotifyOptions",
     "PostgresNotifyAdapter",
     "PostgresStateAdapter",
@@ -47,4 +53,6 @@ __all__ = [
     "SchemaNotMigratedError",
     "StateOptions",
     "StatementTimeoutError",
+    "connection_of",
+    "sync_connection_of",
 ]
