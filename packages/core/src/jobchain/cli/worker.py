@@ -21,8 +21,12 @@ from jobchain.worker.processors import Processors
 from jobchain.worker.retention import Retention
 
 if TYPE_CHECKING:
+    from jobchain.contracts.observe import Observer
     from jobchain.telemetry.prometheus import MetricsServer, PrometheusMetrics
-    from jobchain.telemetry.sampler import Reporter
+    from jobchain.telemetry.recorder import MetricsObserver
+    from jobchain.telemetry.sampler import QueueStatsSampler, Reporter
+    from jobchain.telemetry.sdk_setup import OtelProviders
+    from jobchain.worker.loop import Worker
 
 DURATION_UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
 DAY_SECONDS = 86400.0
@@ -31,6 +35,12 @@ HOUR_SECONDS = 3600.0
 """The longest --heartbeat-interval: rescue takes a few of them."""
 QUEUE_GAUGES = ("cluster", "name", "off")
 """--queue-gauges: the sampler's reporter (jobchain.telemetry.sampler), or no sampler."""
+OTEL_ENV = "JOBCHAIN_OTEL"
+"""``JOBCHAIN_OTEL=1`` turns ``--otel`` on where the command cannot change."""
+OTEL_INSTALL = (
+    "pip install 'jobchain[otel]' opentelemetry-sdk "
+    '(from a clone: pip install "./packages/core[otel]" opentelemetry-sdk)'
+)
 
 
 def parse_duration(text: str, option: str) -> timedelta:
@@ -169,6 +179,7 @@ async def run_worker(
     metrics_port: int | None = None,
     metrics_host: str = "127.0.0.1",
     queue_gauges: str = "cluster",
+    observers: Sequence[Observer] = (),
 ) -> None:
     """Run a worker until SIGINT/SIGTERM, or until it stops on its own error (raised here).
 
@@ -177,7 +188,9 @@ async def run_worker(
     metrics of ``jobchain.telemetry.prometheus`` there, on ``metrics_host``: loopback by
     default, as the endpoint has no authentication. ``queue_gauges`` says who exports the
     queue gauges: ``cluster`` (the oldest running worker of the registry), ``name`` (the
-    oldest of each worker name) or ``off`` (this worker never does).
+    oldest of each worker name) or ``off`` (this worker never does). ``observers`` are added
+    to the client's (e.g. ``--otel``'s Tracing and OpenTelemetryMetrics); the metrics
+    observers among them, and the Prometheus one, share one queue-gauge sampler.
     """
     from jobchain.client import connect
     from jobchain.worker.loop import Worker
@@ -210,10 +223,7 @@ async def run_worker(
                 retention=retention,
                 **liveness,
             )
-            sampler = None
-            if metrics is not None and queue_gauges != "off":
-                reporter: Reporter = "name" if queue_gauges == "name" else "cluster"
-                sampler = metrics.sample_queue(worker, reporter=reporter)
+            sampler = attach_observers(worker, metrics, observers, queue_gauges)
             await worker.start()
             if sampler is not None:
                 sampler.start()
@@ -242,6 +252,49 @@ async def run_worker(
     finally:
         if server is not None:
             server.close()
+
+
+def attach_observers(
+    worker: Worker, prometheus: PrometheusMetrics | None, observers: Sequence[Observer], queue_gauges: str
+) -> QueueStatsSampler | None:
+    """Add the observers to the worker's client; return the queue-gauge sampler (or None).
+
+    One sampler (one queue_stats() query per interval) feeds every metrics observer's gauges:
+    the first one's, shared with the others.
+    """
+    everything: list[Observer] = [*observers] if prometheus is None else [prometheus, *observers]
+    if not everything:
+        return None
+    from jobchain.telemetry.recorder import MetricsObserver, attach
+
+    for observer in everything:
+        attach(worker.client, observer)  # counters and histograms even with --queue-gauges off
+    measuring: list[MetricsObserver] = [o for o in everything if isinstance(o, MetricsObserver)]
+    if not measuring or queue_gauges == "off":
+        return None
+    reporter: Reporter = "name" if queue_gauges == "name" else "cluster"
+    sampler = measuring[0].sample_queue(worker, reporter=reporter)
+    for other in measuring[1:]:
+        other.samplers.append(sampler)
+    return sampler
+
+
+def start_otel(log: logging.Logger) -> OtelProviders:
+    """``--otel``: jobchain's OpenTelemetry observers on the SDK (see jobchain.telemetry.sdk_setup).
+
+    A missing API, SDK or exporter is a usage error (exit 2) naming what to install.
+    """
+    try:
+        from jobchain.telemetry import sdk_setup
+        from jobchain.telemetry._extras import MissingExtraError
+    except ImportError:  # jobchain.telemetry's MissingExtraError: neither extra is installed
+        raise click.UsageError(f"--otel needs the OpenTelemetry API and SDK: {OTEL_INSTALL}") from None
+    try:
+        providers = sdk_setup.configure()
+    except MissingExtraError as exc:
+        raise click.UsageError(f"--otel {exc}") from None
+    log.info("tracing and metrics through OpenTelemetry: %s", providers.description)
+    return providers
 
 
 def serve_metrics(
@@ -361,6 +414,18 @@ GENERIC_HINT = "run `jobchain migrate --state URL` (or `await adapter.migrate()`
         "per cluster); name, the oldest of each --name; off, not this worker [default: cluster]."
     ),
 )
+@click.option(
+    "--otel",
+    is_flag=True,
+    default=False,
+    envvar=OTEL_ENV,
+    show_envvar=True,
+    help=(
+        "Trace and meter the worker with the OpenTelemetry SDK, configured from the OTEL_* "
+        "variables or the global providers the application set (pip install 'jobchain[otel]' "
+        "opentelemetry-sdk)."
+    ),
+)
 @click.option("--log-level", default="INFO", show_default=True)
 @click.option(
     "--migrate",
@@ -388,13 +453,17 @@ def worker_command(
     metrics_port: int | None,
     metrics_host: str,
     queue_gauges: str | None,
+    otel: bool,
     log_level: str,
     migrate: bool,
 ) -> None:
     """Run a worker for the processors at TARGET (MODULE:ATTRIBUTE) until SIGINT/SIGTERM."""
-    if queue_gauges is not None and metrics_port is None:
-        raise click.UsageError("--queue-gauges needs --metrics-port (the gauges are exported there)")
+    if queue_gauges is not None and metrics_port is None and not otel:
+        raise click.UsageError(
+            "--queue-gauges needs --metrics-port or --otel (the gauges are exported there)"
+        )
     logging.basicConfig(level=log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    providers: OtelProviders | None = None
     try:
         obj, module = load_object(target)
         slices = processor_slices(obj, target)
@@ -403,6 +472,8 @@ def worker_command(
         retention = retention_from_options(retain_completed, retain_failed, retain_cancelled)
         if metrics_port is not None:
             import jobchain.telemetry.prometheus  # noqa: F401 -- a missing extra fails here, in one line
+        if otel:  # after the target's import: the providers its module set are the ones to use
+            providers = start_otel(logging.getLogger("jobchain.worker"))
         run_on_loop(
             lambda: run_worker(
                 slices,
@@ -422,6 +493,7 @@ def worker_command(
                 metrics_port=metrics_port,
                 metrics_host=metrics_host,
                 queue_gauges=queue_gauges or "cluster",
+                observers=() if providers is None else providers.observers,
             ),
             loop_name,
         )
@@ -435,3 +507,6 @@ def worker_command(
         if type(exc).__name__ != "MissingExtraError":
             raise
         raise click.ClickException(str(exc)) from exc
+    finally:
+        if providers is not None:
+            providers.shutdown()  # what the exporters still buffer is exported before exit
