@@ -170,6 +170,10 @@ class TestStackDumpBeforeTimeout:
         joins that thread: the per-test rescue fails the teardown, the session watchdog ends
         the exit."""
         pytester.makepyfile(test_thread=THREAD_HANG)
+        # The session watchdog must come last: the teardown rescue fires 2 s into a teardown
+        # that starts only once the call's failure is reported, which a starved machine can
+        # delay by seconds (with 6 s, a run under 8 CPU burners saw the watchdog win). 18 s of
+        # no progress leaves that margin and still ends the hung interpreter exit.
         result = run(
             pytester,
             "-o",
@@ -177,7 +181,7 @@ class TestStackDumpBeforeTimeout:
             "-o",
             f"{watchdog.INI_CANCEL}=1",
             "-o",
-            f"{watchdog.INI_WATCHDOG}=0.1",
+            f"{watchdog.INI_WATCHDOG}=0.3",
         )
         text = output(result)
         assert "NEVER.wait()  # the hung thread" in result.stderr.str()

@@ -135,13 +135,21 @@ async def test_statement_timeout_is_a_transient_error(postgres_url: str, schema_
 
 
 def terminate(url: str, application_name: str) -> int:
-    """Kill every server connection of ``application_name`` (what a server restart does to them)."""
+    """Kill every server connection of ``application_name`` (what a server restart does to them)
+    and wait until each backend has exited.
+
+    pg_terminate_backend only signals the backend: on a starved machine a signalled backend can
+    still answer the pool's health check, then die under the statement that follows. With a
+    timeout (PostgreSQL 14+) it returns once the process is gone.
+    """
     with psycopg.connect(conninfo(url), autocommit=True) as connection:
+        wait = ", 60000" if connection.info.server_version >= 140000 else ""
         rows = connection.execute(
-            "SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
+            f"SELECT pg_terminate_backend(pid{wait}) FROM pg_stat_activity "
             "WHERE application_name = %s AND pid <> pg_backend_pid()",
             [application_name],
         ).fetchall()
+    assert all(gone for (gone,) in rows), f"a backend of {application_name} outlived 60 s after its signal"
     return len(rows)
 
 
