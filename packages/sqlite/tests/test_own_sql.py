@@ -16,6 +16,7 @@ from typing import Any
 
 import aiosqlite
 import pytest
+from sqlalchemy.ext.asyncio import create_async_engine
 
 import jobchain
 import jobchain.sync
@@ -147,8 +148,7 @@ async def test_a_joined_aiosqlite_transaction_gives_back_your_connection(app: Ap
 
 
 async def test_a_joined_sqlalchemy_connection_gives_its_aiosqlite_connection(app: App) -> None:
-    sqlalchemy_asyncio = pytest.importorskip("sqlalchemy.ext.asyncio")
-    engine = sqlalchemy_asyncio.create_async_engine(f"sqlite+aiosqlite:///{app.path}")
+    engine = create_async_engine(f"sqlite+aiosqlite:///{app.path}")
     try:
         async with engine.begin() as mine:
             async with app.client.transaction(connection=mine) as tx:

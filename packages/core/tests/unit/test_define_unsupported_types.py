@@ -9,7 +9,6 @@ msgspec would need a hook for, naming it and what is supported; nothing is regis
 from __future__ import annotations
 
 import enum
-import importlib.util
 import uuid
 from dataclasses import dataclass
 from datetime import datetime
@@ -89,7 +88,6 @@ class TestRefusedAtDefine:
         assert "PlainOrder" in str(error), str(error)
         assert "$[...]" in str(error), str(error)
 
-    @pytest.mark.skipif(importlib.util.find_spec("pydantic") is None, reason="pydantic is not installed")
     def test_pydantic_model_is_refused_with_a_dataclass_or_dict_hint(self) -> None:
         import pydantic
 
