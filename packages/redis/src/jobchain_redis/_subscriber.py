@@ -3,8 +3,11 @@
 One reader task owns one redis-py ``PubSub`` per connection *epoch*. When the connection fails
 the epoch ends: the reader logs the outage once, waits ``retry_interval``, opens a new PubSub
 and subscribes every desired channel again, so subscriptions come back by themselves after a
-Redis restart. redis-py's own reconnect-and-resubscribe path is never used (the client is
-built with zero retries), which keeps the confirmation bookkeeping below exact.
+Redis restart. redis-py's own reconnect-and-resubscribe path is never used: an epoch's
+connection is *sealed* once open, so when redis-py tries to reopen it in place (redis-py 8 does
+so inside its failure handler even with zero retries, from whichever task saw the failure) the
+attempt fails like the broken socket did. Only a new epoch opens a socket, so no two tasks ever
+read one connection, and the confirmation bookkeeping below stays exact.
 
 Confirmations: Redis answers SUBSCRIBE/UNSUBSCRIBE in order, one reply per channel, so each
 channel keeps a FIFO with one entry per command sent in this epoch; a reply pops the oldest
@@ -19,10 +22,12 @@ import contextlib
 import logging
 from collections import deque
 from collections.abc import Awaitable, Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from redis.asyncio import Redis
 from redis.asyncio.client import PubSub
+from redis.asyncio.connection import Connection, ConnectionPool
+from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import RedisError
 
 from jobchain.notifying import Outage
@@ -31,6 +36,33 @@ BROKER_ERRORS = (RedisError, OSError, asyncio.TimeoutError)
 """Errors that mean "Redis is not answering", never a bug in the caller's input."""
 
 Dispatch = Callable[[str, str], None]
+
+
+if TYPE_CHECKING:
+    _ConnectionBase = Connection
+else:
+    # A plain mixin at run time, so it goes before any connection class (TCP, TLS, Unix socket).
+    _ConnectionBase = object
+
+
+class _EpochConnection(_ConnectionBase):
+    """Mixed in before the pool's connection class: a sealed connection is never reopened."""
+
+    jobchain_sealed = False
+
+    async def _connect(self) -> None:
+        if self.jobchain_sealed:
+            raise RedisConnectionError("the subscription connection broke; a new epoch reconnects")
+        # Through a typed alias: redis-py leaves _connect unannotated in some releases only.
+        connect: Callable[[], Awaitable[None]] = super()._connect
+        await connect()
+
+
+def seal_reconnects(pool: ConnectionPool) -> None:
+    """Make ``pool``'s connections sealable (the pool must not have made one yet)."""
+    base = pool.connection_class
+    if not issubclass(base, _EpochConnection):
+        pool.connection_class = type(f"Epoch{base.__name__}", (_EpochConnection, base), {})
 
 
 class Subscriber:
@@ -46,6 +78,7 @@ class Subscriber:
         logger: logging.Logger,
     ) -> None:
         self._client = client
+        seal_reconnects(client.connection_pool)
         self._dispatch = dispatch
         self._outage = outage
         self._retry_interval = retry_interval
@@ -144,6 +177,7 @@ class Subscriber:
             except BaseException:
                 await _close(pubsub)
                 raise
+            _seal(pubsub, True)
             self._pubsub = pubsub
             waiting, self._waiting = self._waiting, {}
             try:
@@ -180,6 +214,8 @@ class Subscriber:
                 _resolve(waiter, False)
         self._waiting.clear()
         if pubsub is not None:
+            # Closing hands the connection back to the pool, where the next epoch may reopen it.
+            _seal(pubsub, False)
             with contextlib.suppress(*BROKER_ERRORS):
                 await _close(pubsub)
 
@@ -205,6 +241,12 @@ def _text(value: object) -> str:
 def _resolve(future: asyncio.Future[bool], value: bool) -> None:
     if not future.done():
         future.set_result(value)
+
+
+def _seal(pubsub: PubSub, sealed: bool) -> None:
+    connection = pubsub.connection
+    if isinstance(connection, _EpochConnection):
+        connection.jobchain_sealed = sealed
 
 
 def _close(pubsub: PubSub) -> Awaitable[None]:
