@@ -34,6 +34,10 @@ DEFAULT_URL = "postgresql://postgres@127.0.0.1:5432/test"
 STATE_POOL_MAX = 6
 """The pool cap of the fixtures' state adapters: the suites' most parallel cases use 5-6
 connections at once (a worker grows its own pool to concurrency + 4 all the same)."""
+STATE_CONNECT_TIMEOUT = 60.0
+"""The fixtures' connect and pool-wait bound: the pools start empty, and with 8 CPU burners a
+new backend took more than the default 10 s to open, so a claim loop's wait for a connection
+ended in a TransientStateError the suites' strict worker-error check reports."""
 HERE = Path(__file__).resolve().parent
 
 SUITE_NEEDS: dict[str, int] = {
@@ -165,7 +169,13 @@ def schema_url(postgres_url: str, schema_name: str) -> str:
 
 
 async def open_state(url: str, schema: str, claim: Claim = "skip-locked") -> PostgresStateAdapter:
-    options = StateOptions(schema=schema, claim=claim, pool_min_size=0, pool_max_size=STATE_POOL_MAX)
+    options = StateOptions(
+        schema=schema,
+        claim=claim,
+        pool_min_size=0,
+        pool_max_size=STATE_POOL_MAX,
+        connect_timeout=STATE_CONNECT_TIMEOUT,
+    )
     adapter = await PostgresStateAdapter.open(url, options)
     await adapter.migrate()
     return adapter
