@@ -10,6 +10,11 @@ Fixtures for projects that test their own jobs (see the guide "Testing your jobs
   registry and the clock, closed after the test.
 * ``jobchain_run``: ``await jobchain_run()`` runs every due job of ``jobchain_client`` with
   ``jobchain_processors`` (:func:`jobchain.testing.run_until_idle`); keywords pass through.
+* ``jobchain_database``: the database your tests run on, as a URL: ``JOBCHAIN_TEST_DATABASE_URL``,
+  else ``sqlite://``. Override it to pin one (``postgresql://app@localhost/app_test``).
+* ``jobchain_database_url``: a new, empty database like ``jobchain_database`` for this test
+  (a SQLite file, a PostgreSQL schema; :func:`jobchain.testing.scratch_database`), removed after.
+  Connect to it with ``migrate=True``; close your clients before the test ends.
 
 This module lives outside the ``jobchain`` package on purpose: loading the plugin imports
 nothing but pytest, so a test run that uses none of the fixtures pays nothing for it.
@@ -18,6 +23,7 @@ jobchain is imported when a fixture is first used.
 
 from __future__ import annotations
 
+import os
 from collections.abc import Awaitable, Callable, Iterator
 from typing import TYPE_CHECKING, Any
 
@@ -79,6 +85,21 @@ def jobchain_run(
         return run_until_idle(jobchain_client, jobchain_processors, **options)
 
     return run
+
+
+@pytest.fixture
+def jobchain_database() -> str:
+    """The URL your tests' databases are made like: ``JOBCHAIN_TEST_DATABASE_URL`` or ``sqlite://``."""
+    return os.environ.get("JOBCHAIN_TEST_DATABASE_URL") or "sqlite://"
+
+
+@pytest.fixture
+def jobchain_database_url(jobchain_database: str) -> Iterator[str]:
+    """A new, empty database like ``jobchain_database`` for this test, removed after it."""
+    from jobchain.testing import scratch_database
+
+    with scratch_database(jobchain_database) as url:
+        yield url
 
 
 def _close(client: Client) -> None:

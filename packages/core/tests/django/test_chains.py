@@ -135,3 +135,21 @@ def test_a_refused_start_writes_nothing_and_leaves_the_callers_block_usable(alia
             jd.start_chain(make_receipt, {"order": "not an OrderRef"}, using=alias)  # type: ignore[arg-type]
         Order.objects.using(alias).filter(name=name).update(chain_id="none")
     assert Order.objects.using(alias).get(name=name).chain_id == "none"
+
+
+def test_the_clock_setting_is_the_time_of_the_chains_started(alias: str) -> None:
+    from datetime import UTC, datetime
+
+    from django.conf import settings
+    from django.test import override_settings
+
+    from jobchain.testing import FrozenClock
+
+    # Later than the real time: nothing a backend stamps with its own clock is in the future.
+    clock = FrozenClock(datetime(2031, 5, 6, 12, 0, tzinfo=UTC))
+    with override_settings(JOBCHAIN={**settings.JOBCHAIN, "CLOCK": clock}):
+        started = jd.start_chain(make_receipt, OrderRef(order_id=-7, alias=alias), using=alias)
+        chain = jd.client(alias).get_chain(started.id)
+    assert chain is not None
+    assert chain.created_at == clock()
+    assert chain.root.created_at == clock()

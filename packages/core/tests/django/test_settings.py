@@ -207,3 +207,20 @@ def test_bad_settings_fail_at_startup_naming_the_key() -> None:
     assert result.returncode != 0
     assert "ImproperlyConfigured" in result.stderr
     assert "JOBCHAIN['PROCESSOR'] is not a jobchain setting (did you mean 'PROCESSORS'?)" in result.stderr
+
+
+def test_a_clock_that_is_not_callable_is_refused() -> None:
+    _refused(r"JOBCHAIN\['CLOCK'\] must be a callable returning an aware datetime", CLOCK=42)
+
+
+def test_a_clock_path_that_does_not_import_is_named() -> None:
+    _refused(r"JOBCHAIN\['CLOCK'\] = 'djshop.jobs:no_clock'.*no attribute", CLOCK="djshop.jobs:no_clock")
+    _refused(r"JOBCHAIN\['CLOCK'\] must be a 'module.path:attribute' string", CLOCK="djshop.jobs")
+
+
+def test_a_clock_path_names_the_clock_and_what_it_names_must_be_callable() -> None:
+    _refused(r"JOBCHAIN\['CLOCK'\] must be a callable", CLOCK="djshop.jobs:OrderRef.__doc__")
+    with override_settings(JOBCHAIN={**GOOD, "CLOCK": "jobchain.testing:FrozenClock.__call__"}):
+        clock = check_settings().clock()
+    assert clock is not None
+    assert callable(clock)

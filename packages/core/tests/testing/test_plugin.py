@@ -146,3 +146,55 @@ def test_nothing_of_jobchain_is_loaded(request):
     )
     result = project.runpytest_subprocess("-p", "no:jobchain")
     result.assert_outcomes(passed=1)
+
+
+DATABASE_TESTS = """
+import jobchain
+from jobchain.testing import RunOutcome
+
+from myjobs import Signup, register
+
+urls = []
+
+
+async def test_each_test_gets_its_own_database(
+    jobchain_database_url, jobchain_job_types, jobchain_processors, jobchain_clock
+):
+    urls.append(jobchain_database_url)
+    async with await jobchain.connect(
+        jobchain_database_url, notify="none", job_types=jobchain_job_types, clock=jobchain_clock, migrate=True
+    ) as client:
+        async with client.transaction() as tx:
+            await client.start_chain(tx, register, Signup("ada@example.com"))
+        from jobchain.testing import run_until_idle
+
+        ran = await run_until_idle(client, jobchain_processors)
+        assert [r.outcome for r in ran] == [RunOutcome.CONTINUED, RunOutcome.RETRIED]
+
+
+async def test_the_next_test_starts_empty(jobchain_database_url, jobchain_job_types):
+    assert urls and urls[0] != jobchain_database_url
+    async with await jobchain.connect(
+        jobchain_database_url, notify="none", job_types=jobchain_job_types, migrate=True
+    ) as client:
+        assert (await client.list_chains()).items == []
+
+
+def test_the_scheme(jobchain_database_url):
+    print("SCHEME", jobchain_database_url.split(":")[0])
+"""
+
+
+@pytest.mark.parametrize(("env", "scheme"), [(None, "sqlite"), ("memory://", "memory")])
+def test_jobchain_database_url_is_a_new_database_per_test(
+    project: pytest.Pytester, monkeypatch: pytest.MonkeyPatch, env: str | None, scheme: str
+) -> None:
+    if env is None:
+        monkeypatch.delenv("JOBCHAIN_TEST_DATABASE_URL", raising=False)
+    else:
+        monkeypatch.setenv("JOBCHAIN_TEST_DATABASE_URL", env)
+    project.makeconftest(CONFTEST)
+    project.makepyfile(test_database=DATABASE_TESTS)
+    result = project.runpytest("-s")
+    result.assert_outcomes(passed=3)
+    result.stdout.fnmatch_lines([f"*SCHEME {scheme}*"])

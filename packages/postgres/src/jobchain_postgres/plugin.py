@@ -24,6 +24,7 @@ def jobchain_backends() -> list[BackendSpec]:
                 distribution=DISTRIBUTION,
                 factory="jobchain_postgres.state:open_state_adapter",
                 sync_factory="jobchain_postgres.sync:open_sync_state_adapter",
+                scratch="jobchain_postgres.testing:scratch",
                 description="PostgreSQL state (psycopg 3; ?schema=, ?table_prefix=, ?claim=atomic-update)",
             )
         )

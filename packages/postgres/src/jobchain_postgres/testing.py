@@ -1,4 +1,10 @@
-"""A PostgreSQL server of your own for tests that stop, restart or reconfigure it.
+"""Test helpers: a scratch schema per test, and a PostgreSQL server of your own.
+
+``scratch(url)`` (the ``scratch`` behind ``postgresql://``, what
+:func:`jobchain.testing.scratch_database` calls) creates a new schema on the server of ``url``
+and yields the URL selecting it; at exit the schema is dropped with everything in it.
+
+A server of your own, for tests that stop, restart or reconfigure it.
 
 Fault tests and benchmarks must never touch a shared server: ``PrivateServer`` runs
 ``initdb`` into a temporary directory and ``pg_ctl`` on a free loopback port, with trust
@@ -22,12 +28,16 @@ import shutil
 import socket
 import subprocess
 import tempfile
-from collections.abc import Mapping
+import uuid
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
+from dataclasses import replace
 from pathlib import Path
 from types import TracebackType
 from typing import Final, Literal
 
-from jobchain.errors import JobchainError
+from jobchain.errors import BackendUnreachableError, JobchainError
+from jobchain.url import BackendURL
 
 StopMode = Literal["smart", "fast", "immediate"]
 
@@ -38,6 +48,49 @@ DEFAULT_SETTINGS: Final[Mapping[str, str]] = {
 }
 _TIMEOUT: Final = 120.0
 _PORT_ATTEMPTS: Final = 5
+
+
+_SCRATCH_CONNECT_TIMEOUT: Final = 30.0
+_SCRATCH_LOCK_TIMEOUT: Final = "60s"
+
+
+@contextmanager
+def scratch(url: BackendURL) -> Iterator[str]:
+    """A new schema ``jobchain_scratch_<hex>`` on ``url``'s server, dropped (CASCADE) at exit.
+
+    The yielded URL is ``url`` with ``?schema=`` set to it (its other options kept). Close the
+    clients that used it first: the drop waits up to a minute for their locks, then fails
+    naming the schema to drop yourself.
+    """
+    # Imported here: the private-server helpers below need no driver.
+    import psycopg
+    from psycopg import sql
+
+    from jobchain_postgres.options import target
+
+    name = f"jobchain_scratch_{uuid.uuid4().hex[:16]}"
+    place = target(url, _SCRATCH_CONNECT_TIMEOUT)
+    schema = sql.Identifier(name)
+    try:
+        with psycopg.connect(place.conninfo, autocommit=True) as connection:
+            connection.execute(sql.SQL("CREATE SCHEMA {}").format(schema))
+    except psycopg.Error as exc:
+        raise BackendUnreachableError(
+            f"{place.display}: cannot create a scratch schema: {str(exc).strip()}"
+        ) from None
+    try:
+        yield replace(url, query={**url.query, "schema": name}).render(hide_password=False)
+    finally:
+        try:
+            with psycopg.connect(place.conninfo, autocommit=True) as connection:
+                lock_timeout = sql.SQL("SET lock_timeout = {}").format(sql.Literal(_SCRATCH_LOCK_TIMEOUT))
+                connection.execute(lock_timeout)
+                connection.execute(sql.SQL("DROP SCHEMA IF EXISTS {} CASCADE").format(schema))
+        except psycopg.Error as exc:
+            raise BackendUnreachableError(
+                f"{place.display}: cannot drop scratch schema {name} ({str(exc).strip()}); "
+                f"close the clients that used it, then DROP SCHEMA {name} CASCADE"
+            ) from None
 
 
 class PrivateServerError(JobchainError):

@@ -18,6 +18,7 @@ def jobchain_backends() -> list[BackendSpec]:
             distribution="jobchain-sqlite",
             factory="jobchain_sqlite.state:open_state_adapter",
             sync_factory="jobchain_sqlite.sync:open_sync_state_adapter",
+            scratch="jobchain_sqlite.testing:scratch",
             description="SQLite file (aiosqlite): sqlite:///relative.db, sqlite:////abs/path.db, sqlite:///:memory:",
         )
     ]

@@ -10,6 +10,9 @@ a fresh one. The state and notify adapters of one name are separate objects.
 from __future__ import annotations
 
 import threading
+import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import TYPE_CHECKING
 
 from jobchain.errors import InvalidURLError
@@ -81,6 +84,22 @@ async def open_notify_adapter(url: BackendURL) -> MemoryNotifyAdapter:
         return adapter
 
 
+@contextmanager
+def scratch(url: BackendURL) -> Iterator[str]:
+    """``scratch`` behind ``memory://``: a new shared name, so every open of the URL meets one store.
+
+    At exit the name is forgotten (its adapters stay usable by whoever still holds them).
+    """
+    _shared_name(url)
+    name = f"scratch-{uuid.uuid4().hex[:16]}"
+    try:
+        yield f"memory://{name}"
+    finally:
+        with _lock:
+            _shared_state.pop(name, None)
+            _shared_notify.pop(name, None)
+
+
 def forget_shared_adapters() -> None:
     """Drop every ``memory://NAME`` adapter from the process table without closing it (tests)."""
     with _lock:
@@ -93,4 +112,5 @@ __all__ = [
     "open_notify_adapter",
     "open_state_adapter",
     "open_sync_state_adapter",
+    "scratch",
 ]

@@ -18,6 +18,7 @@ def jobchain_backends() -> list[BackendSpec]:
             distribution="jobchain",
             factory="jobchain.memory.factories:open_state_adapter",
             sync_factory="jobchain.memory.factories:open_sync_state_adapter",
+            scratch="jobchain.memory.factories:scratch",
             description="in-process state (tests, single-process apps); memory://NAME is shared per name",
         ),
         BackendSpec(

@@ -41,6 +41,11 @@ class BackendSpec:
     returns a StateAdapter for :mod:`jobchain.sync`: its own transactions run on a synchronous
     driver, ``transaction(connection=…)`` joins the caller's synchronous connection, and none of
     its coroutines ever suspends (they are run by :func:`jobchain.sync.drive.drive`).
+
+    ``scratch`` (state role, optional) names a plain callable that takes a BackendURL and
+    returns a context manager yielding the URL (a string) of a private, empty database of the
+    same backend (a new SQLite file, a new PostgreSQL schema), removed when it exits: what
+    :func:`jobchain.testing.scratch_database` gives each test.
     """
 
     scheme: str
@@ -49,6 +54,7 @@ class BackendSpec:
     factory: str
     description: str = ""
     sync_factory: str = ""
+    scratch: str = ""
 
     def __post_init__(self) -> None:
         if not self.scheme or not self.scheme[0].isalpha() or not set(self.scheme) <= _SCHEME_CHARS:
@@ -69,6 +75,12 @@ class BackendSpec:
                 raise InvalidArgumentError(
                     "BackendSpec sync_factory must be 'module:attr' on a state backend, "
                     f"got {self.sync_factory!r}"
+                )
+        if self.scratch:
+            module, colon, attr = self.scratch.partition(":")
+            if not (module and colon and attr) or ":" in attr or self.role != "state":
+                raise InvalidArgumentError(
+                    f"BackendSpec scratch must be 'module:attr' on a state backend, got {self.scratch!r}"
                 )
 
 

@@ -11,6 +11,7 @@ import importlib
 import inspect
 import threading
 from collections.abc import Awaitable, Callable, Iterable, Sequence
+from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from importlib.metadata import PackageNotFoundError, version
 from typing import cast
@@ -31,6 +32,9 @@ Factory = Callable[[BackendURL], Awaitable[object]]
 
 SyncFactory = Callable[[BackendURL], object]
 """What a ``sync_factory`` string names: ``def open_sync_state_adapter(url) -> StateAdapter``."""
+
+Scratch = Callable[[BackendURL], AbstractContextManager[str]]
+"""What a ``scratch`` string names: ``def scratch(url) -> ContextManager[str]`` (a private URL)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -158,6 +162,29 @@ class BackendRegistry:
             )
         return result
 
+    def scratch(self, url: BackendURL) -> AbstractContextManager[str]:
+        """The ``scratch`` context of ``url``'s state scheme (imported on first use).
+
+        A state backend without one raises BackendUnavailableError naming the schemes that have one.
+        """
+        spec = self.lookup(url.scheme, "state")
+        if not spec.scratch:
+            served = ", ".join(
+                f"{scheme}://"
+                for (scheme, role), entry in sorted(self._entries.items())
+                if role == "state" and entry.spec.scratch
+            )
+            raise BackendUnavailableError(
+                f"the state backend {url.scheme}:// (from {spec.distribution}) cannot make a scratch "
+                f"database; state backends that can: {served or '(none installed)'}. Give each test "
+                "its own database yourself, or use one of those"
+            )
+        factory = cast(Scratch, _load(spec, spec.scratch))
+        try:
+            return factory(url)
+        except ModuleNotFoundError as exc:
+            raise _unavailable(spec, exc) from exc
+
     def _unknown_message(self, scheme: str, role: Role) -> str:
         installed = ", ".join(f"{s}://" for s in self.schemes(role)) or "(none)"
         message = f"no installed backend serves {scheme}:// for {role}; installed {role} schemes: {installed}"
@@ -210,7 +237,7 @@ def load_factory(spec: BackendSpec) -> Factory:
 
 
 def _load(spec: BackendSpec, target: str) -> Callable[..., object]:
-    """Import ``target`` (``spec.factory`` or ``spec.sync_factory``) once."""
+    """Import ``target`` (``spec.factory``, ``spec.sync_factory`` or ``spec.scratch``) once."""
     with _factories_lock:
         cached = _factories.get(target)
     if cached is not None:

@@ -58,6 +58,7 @@ def client(using: str | None = None) -> SyncClient:
                 state_url_for(alias, config),
                 notify=config.notify_url,
                 job_types=config.registry(),
+                clock=config.clock(),
                 migrate=False,
             )
             _clients[alias] = found

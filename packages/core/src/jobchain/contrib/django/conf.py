@@ -9,6 +9,7 @@ JOBCHAIN = {
     "STATE_OPTIONS": {"table_prefix": "jobchain_"},  # URL query options of derived URLs
     "NOTIFY_URL": "redis://localhost:6379/0",  # wake-ups; None: JOBCHAIN_NOTIFY_URL or polling
     "WORKER": {"concurrency": 10},             # jobchain.worker.Worker keyword arguments
+    "CLOCK": None,                             # tests: a FrozenClock, or "myapp.tests:clock"
 }
 ```
 """
@@ -18,15 +19,16 @@ from __future__ import annotations
 import difflib
 import importlib
 import inspect
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
+from datetime import datetime
 from typing import Any
 
 from jobchain.contrib.django._django import ImproperlyConfigured, connections, settings
 from jobchain.job_types import JobTypes
 from jobchain.url import BackendURL
 
-KEYS = ("JOB_TYPES", "PROCESSORS", "DATABASE", "STATE_URL", "STATE_OPTIONS", "NOTIFY_URL", "WORKER")
+KEYS = ("JOB_TYPES", "PROCESSORS", "DATABASE", "STATE_URL", "STATE_OPTIONS", "NOTIFY_URL", "WORKER", "CLOCK")
 EXAMPLE = "JOBCHAIN = {'JOB_TYPES': 'myapp.jobs:registry', 'PROCESSORS': 'myapp.jobs:processors'}"
 WORKER_OWN = frozenset({"self", "client", "processors", "sync_handler_wrapper"})
 """Worker arguments the integration supplies itself (never from ``JOBCHAIN['WORKER']``)."""
@@ -43,6 +45,20 @@ class JobchainSettings:
     state_options: Mapping[str, str] = field(default_factory=dict)
     notify_url: str | None = None
     worker: Mapping[str, Any] = field(default_factory=dict)
+    clock_setting: object = None
+    """``CLOCK`` as given: None, a callable, or the dotted path of one."""
+
+    def clock(self) -> Callable[[], datetime] | None:
+        """The clock named by ``CLOCK`` (what jobchain's client and worker read as "now"), or None."""
+        found = self.clock_setting
+        if isinstance(found, str):
+            found = load_dotted(found, "CLOCK")
+        if found is not None and not callable(found):
+            raise ImproperlyConfigured(
+                f"JOBCHAIN['CLOCK'] must be a callable returning an aware datetime (a "
+                f"jobchain.testing.FrozenClock, say) or the dotted path of one, got {found!r}"
+            )
+        return found
 
     def registry(self) -> JobTypes:
         """The JobTypes registry named by ``JOB_TYPES``."""
@@ -104,6 +120,7 @@ def load_settings() -> JobchainSettings:
         state_options=_options(raw.get("STATE_OPTIONS")),
         notify_url=_url(raw.get("NOTIFY_URL"), "JOBCHAIN['NOTIFY_URL']"),
         worker=_worker(raw.get("WORKER")),
+        clock_setting=_clock(raw.get("CLOCK")),
     )
 
 
@@ -111,6 +128,7 @@ def check_settings() -> JobchainSettings:
     """Validate at start-up (``AppConfig.ready``): settings, the registry, the database."""
     config = load_settings()
     config.registry()
+    config.clock()
     from jobchain.contrib.django.databases import state_url_for
 
     state_url_for(config.database, config)  # an unsupported or in-memory database fails now
@@ -187,6 +205,17 @@ def _options(value: object) -> dict[str, str]:
             )
         options[key] = str(item)
     return options
+
+
+def _clock(value: object) -> object:
+    if isinstance(value, str):
+        return _dotted(value, "CLOCK")
+    if value is not None and not callable(value):
+        raise ImproperlyConfigured(
+            f"JOBCHAIN['CLOCK'] must be a callable returning an aware datetime (a "
+            f"jobchain.testing.FrozenClock, say) or the dotted path of one, got {value!r}"
+        )
+    return value
 
 
 def _worker(value: object) -> dict[str, Any]:

@@ -61,6 +61,7 @@ async def run_worker(
             state_url_for(config.database, config),
             notify=config.notify_url,
             job_types=job_types,
+            clock=config.clock(),
             migrate=migrate,
         )
         async with client:
