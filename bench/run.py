@@ -25,6 +25,7 @@ from __future__ import annotations
 import json
 import os
 import platform
+import shutil
 import sys
 import time
 from datetime import UTC, datetime
@@ -145,8 +146,9 @@ def machine(server: dict[str, object]) -> dict[str, str]:
     }
 
 
-def publish(md: str, name: str) -> None:
-    """Copy the table of this run into docs/benchmarks.md, between its result markers."""
+def publish(md: str, name: str, chart: Path) -> None:
+    """Copy the table of this run into docs/benchmarks.md, between its result markers, and its chart
+    to docs/images/benchmark-chart.png (the documentation site holds only what is under docs/)."""
     doc = ROOT / "docs" / "benchmarks.md"
     start, end = "<!-- bench:results:start -->", "<!-- bench:results:end -->"
     text = doc.read_text()
@@ -156,8 +158,9 @@ def publish(md: str, name: str) -> None:
     body = md.split("\n", 1)[1].replace("\n## ", "\n### ")
     block = (
         f"{start}\nRun `{name}` (`bench/results/{name}.md`, raw samples in `{name}.json`).\n\n"
-        f"![benchmark chart](../bench/results/{name}.png)\n{body}{end}"
+        f"![benchmark chart](images/benchmark-chart.png)\n{body}{end}"
     )
+    shutil.copyfile(chart, ROOT / "docs" / "images" / "benchmark-chart.png")
     head, rest = text.split(start, 1)
     doc.write_text(head + block + rest.split(end, 1)[1])
 
@@ -195,7 +198,7 @@ def add_phases(phases: list[str], path: Path) -> None:
     name = path.stem
     md = write_report(data["info"], data["results"], path.with_suffix(".md"), path.with_suffix(".png"))
     if not name.endswith("-quick"):
-        publish(md, name)
+        publish(md, name, path.with_suffix(".png"))
     print(md)
 
 
@@ -238,7 +241,7 @@ def measure() -> None:
     (out / f"{name}.json").write_text(json.dumps({"info": info, "results": results}, indent=1))
     md = write_report(info, results, out / f"{name}.md", out / f"{name}.png")
     if not plan.quick:
-        publish(md, name)
+        publish(md, name, out / f"{name}.png")
     print(md)
     print(f"bench: wrote bench/results/{name}.md, .png and .json in {info['duration_s']} s", flush=True)
 
