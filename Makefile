@@ -9,7 +9,7 @@ DEMO_PACKAGES := packages/core/pyproject.toml packages/sqlite/pyproject.toml
 PACKAGES := $(wildcard packages/*/pyproject.toml) conformance/pyproject.toml
 EDITABLES := $(foreach p,$(PACKAGES),-e $(dir $(p)))
 
-.PHONY: demo test lint typecheck check bench dist clean chaos suite-mutants suite-mutants-doc audit
+.PHONY: demo test lint typecheck check bench dist docs clean chaos suite-mutants suite-mutants-doc audit
 
 $(STAMP): $(PACKAGES) requirements-dev.txt
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -27,7 +27,7 @@ demo: $(DEMO_STAMP)
 
 test: $(STAMP)
 	JOBCHAIN_TEST_VACUUM_CATALOGS=1 $(BIN)/python -m pytest packages conformance -q -n 4 --dist loadgroup --durations=25
-	$(MAKE) --no-print-directory lint typecheck
+	$(MAKE) --no-print-directory lint typecheck docs
 
 # Every deliberately broken adapter against the cases named to catch it; prints
 # "suite mutants: N variants run, N caught, 0 missed" and rewrites docs/adapters/suite-mutants.md.
@@ -39,7 +39,7 @@ suite-mutants-doc: $(STAMP)
 
 lint: $(STAMP)
 	$(BIN)/ruff check .
-	$(BIN)/ruff format --check packages conformance bench
+	$(BIN)/ruff format --check packages conformance bench tools
 
 typecheck: $(STAMP)
 	$(BIN)/mypy packages/core/src conformance/src packages/redis/src packages/nats/src packages/sqlite/src packages/postgres/src packages/spark/src
@@ -86,5 +86,13 @@ dist: $(STAMP)
 	rm -rf dist
 	$(BIN)/python -m pip wheel --quiet --no-deps --wheel-dir dist $(foreach p,$(PACKAGES),$(dir $(p)))
 
+# The documentation site (mkdocs.yml): docs/ and an API reference generated from the docstrings,
+# into build/site (gitignored; open build/site/index.html). --strict fails on a broken link or
+# anchor and on a page missing from the nav. Offline: no plugin fetches anything.
+# NO_MKDOCS_2_WARNING silences mkdocs-material's end-of-life banner.
+DOCS_SITE ?= build/site
+docs: $(STAMP)
+	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict --site-dir $(DOCS_SITE)
+
 clean:
-	rm -rf $(VENV) dist
+	rm -rf $(VENV) dist $(DOCS_SITE)
