@@ -81,10 +81,12 @@ audit: $(STAMP)
 	fi
 	PIPAPI_PYTHON_LOCATION=$(abspath $(BIN)/python) $(PIP_AUDIT) --skip-editable --progress-spinner off $(PIP_AUDIT_ARGS)
 
-# Wheels of every distribution into dist/, for `pip install dist/*.whl` on another machine.
+# Wheels of every distribution into dist/ (or DIST=elsewhere), for `pip install dist/*.whl` on
+# another machine. packages/core/tests/cli/test_dist.py installs them into a fresh venv.
+DIST ?= dist
 dist: $(STAMP)
-	rm -rf dist
-	$(BIN)/python -m pip wheel --quiet --no-deps --wheel-dir dist $(foreach p,$(PACKAGES),$(dir $(p)))
+	rm -rf $(DIST)
+	$(BIN)/python -m pip wheel --quiet --no-deps --wheel-dir $(DIST) $(foreach p,$(PACKAGES),$(dir $(p)))
 
 # The documentation site (mkdocs.yml): docs/ and an API reference generated from the docstrings,
 # into build/site (gitignored; open build/site/index.html). --strict fails on a broken link or

@@ -5,18 +5,15 @@ workspace's .venv), then the page's first example runs on the embedded default.
 
 from __future__ import annotations
 
-import os
 import re
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
-REPO = Path(__file__).resolve().parents[4]
+from .venvs import REPO, TIMEOUT, clean_env, fresh_venv, pip_install, run
+
 PAGE = REPO / "docs" / "getting-started.md"
 FENCE = re.compile(r"^```(\w+)[^\n]*\n(.*?)^```[ \t]*$", re.MULTILINE | re.DOTALL)
-TIMEOUT = 600.0
 
 # pip into a fresh venv and a first run: CPU-bound, and on a starved machine (8 CPU burners on
 # 2 cores) past pytest-timeout's usual 120 s, so the subprocesses' own bound is the test's.
@@ -26,12 +23,6 @@ pytestmark = [pytest.mark.xdist_group("install"), pytest.mark.timeout(TIMEOUT + 
 def _blocks(language: str) -> list[str]:
     text = PAGE.read_text(encoding="utf-8")
     return [m.group(2) for m in FENCE.finditer(text) if m.group(1) == language]
-
-
-def _run(args: list[str], cwd: Path, env: dict[str, str]) -> str:
-    done = subprocess.run(args, cwd=cwd, env=env, capture_output=True, text=True, timeout=TIMEOUT)
-    assert done.returncode == 0, f"{args} failed:\n{done.stdout}\n{done.stderr}"
-    return done.stdout
 
 
 def test_the_documented_install_from_the_repository_runs_the_first_example(tmp_path: Path) -> None:
@@ -49,14 +40,12 @@ def test_the_documented_install_from_the_repository_runs_the_first_example(tmp_p
             folder = target.strip("\"'").split("[", 1)[0]
             assert (REPO / folder / "pyproject.toml").is_file(), f"{line}: no distribution at {folder}"
 
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("JOBCHAIN_", "PYTHON", "VIRTUAL_ENV"))}
+    env = clean_env()
     venv = tmp_path / "venv"
-    _run([sys.executable, "-m", "venv", str(venv)], tmp_path, env)
-    python = str(venv / "bin" / "python")
-    pip = [python, "-m", "pip", "install", "--quiet", "--disable-pip-version-check"]
-    _run([*pip, *documented[0][2:]], REPO, env)
+    python = fresh_venv(venv, env)
+    pip_install(python, documented[0][2:], REPO, env)
 
-    backends = _run([str(venv / "bin" / "jobchain"), "backends"], tmp_path, env)
+    backends = run([str(venv / "bin" / "jobchain"), "backends"], tmp_path, env)
     assert "sqlite://" in backends
     assert "jobchain-sqlite" in backends
 
@@ -67,9 +56,9 @@ def test_the_documented_install_from_the_repository_runs_the_first_example(tmp_p
     project.mkdir()
     (project / "signup.py").write_text(signup, encoding="utf-8")
     (project / "first.py").write_text(first, encoding="utf-8")
-    out = _run([python, "first.py"], project, env | {"PYTHONPATH": str(project)})
+    out = run([str(python), "first.py"], project, env | {"PYTHONPATH": str(project)})
     assert "completed after send_welcome" in out, out
-    installed = _run(
-        [python, "-c", "import jobchain, jobchain_sqlite; print(jobchain.__file__)"], project, env
+    installed = run(
+        [str(python), "-c", "import jobchain, jobchain_sqlite; print(jobchain.__file__)"], project, env
     )
     assert str(venv) in installed, "the example must run on the installed copy, not the workspace"
