@@ -18,9 +18,11 @@ Why dataclasses, validated by msgspec:
   (``Expected `int`, got `str` - at `$.count```), which becomes the ``details`` of
   :class:`~jobchain.errors.JobTypeValidationError`.
 * msgspec also accepts ``TypedDict``, ``msgspec.Struct``, primitives, ``None`` and
-  ``dict[str, Any]`` for the cases where a dataclass is too much. pydantic models and plain
-  classes are refused by :meth:`JobTypes.define` with :class:`~jobchain.errors.NotJsonSerializableError`
-  (naming the class, its path and what is supported), never at the first start.
+  ``dict[str, Any]`` for the cases where a dataclass is too much. pydantic v2 models work too
+  (``pip install 'jobchain[pydantic]'``): stored as ``model_dump(mode="json")``, validated
+  by ``model_validate``. Plain classes and pydantic v1 models are refused by
+  :meth:`JobTypes.define` with :class:`~jobchain.errors.NotJsonSerializableError` (naming
+  the class, its path and what is supported), never at the first start.
 
 Registries defined in separate modules are *slices*; :meth:`JobTypes.merge` combines them
 and rejects a name declared twice.
@@ -49,7 +51,7 @@ from jobchain.errors import (
     NotJsonSerializableError,
     UnknownJobTypeError,
 )
-from jobchain.json_values import MAX_PAYLOAD_BYTES, from_json_value, to_json_value
+from jobchain.json_values import MAX_PAYLOAD_BYTES, from_json_value, is_pydantic_model, to_json_value
 
 I = TypeVar("I")  # noqa: E741 -- I/O are the conventional names for input/output type variables
 O = TypeVar("O")  # noqa: E741
@@ -478,7 +480,8 @@ class JobTypes:
 
 SUPPORTED_TYPES = (
     "dataclasses, TypedDict, msgspec.Struct, NamedTuple, str, int, float, bool, None, "
-    "list/tuple/dict[str, Any] of these, Literal, Enum, datetime, date, time, timedelta, UUID, Decimal"
+    "list/tuple/dict[str, Any] of these, Literal, Enum, datetime, date, time, timedelta, UUID, Decimal, "
+    "pydantic v2 models"
 )
 """What a job input or output may be declared as (named by the error for anything else)."""
 
@@ -504,15 +507,12 @@ def _declared(type_: Any, type_name: str = "?", which: str = "input") -> Any:
     found = _custom_class(info, "$", set())
     if found is not None:
         cls, path = found
-        if _is_pydantic(cls):
-            what = "a pydantic model"
-            hint = (
-                "pydantic models are not supported: declare a dataclass (or dict[str, Any]) with "
-                "the same fields and build the model in the handler if you need one"
-            )
+        if is_pydantic_model(cls):
+            what = "a pydantic v1 model"
+            hint = "jobchain supports pydantic v2 models (model_dump/model_validate): upgrade pydantic"
         else:
             what = "a class"
-            hint = "make it a @dataclass or a msgspec.Struct"
+            hint = "make it a @dataclass, a msgspec.Struct or a pydantic v2 model"
         raise NotJsonSerializableError(
             f"{where} cannot be used as a job input or output type: {cls.__qualname__} at {path} "
             f"is {what} that jobchain cannot encode as JSON or decode back; {hint}; "
@@ -530,6 +530,8 @@ def _type_label(type_: Any) -> str:
 def _custom_class(info: msgspec.inspect.Type, path: str, seen: set[int]) -> tuple[type, str] | None:
     """The first class in ``info`` that msgspec could only handle through hooks, and its path."""
     if isinstance(info, msgspec.inspect.CustomType):
+        if is_pydantic_model(info.cls) and hasattr(info.cls, "model_validate"):
+            return None  # a pydantic v2 model: the JSON boundary's hooks encode and validate it
         return info.cls, path
     if id(info) in seen:  # a recursive Struct or dataclass refers back to itself
         return None
@@ -560,8 +562,3 @@ def _custom_class(info: msgspec.inspect.Type, path: str, seen: set[int]) -> tupl
         if found is not None:
             return found
     return None
-
-
-def _is_pydantic(cls: type) -> bool:
-    """Whether ``cls`` is a pydantic model, without importing pydantic."""
-    return any(base.__module__.split(".")[0] == "pydantic" for base in cls.__mro__)

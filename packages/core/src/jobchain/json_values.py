@@ -7,6 +7,11 @@ serialize differently. msgspec does the encoding and the shape validation; this 
 the checks JSON itself cannot express (NaN and infinity, sets and bytes that msgspec would
 silently turn into arrays and base64 strings, strings holding NUL or a lone surrogate that
 PostgreSQL or UTF-8 cannot store) and a size limit.
+
+pydantic v2 models (``jobchain[pydantic]``) pass through hooks: encoded as
+``model_dump(mode="json")``, decoded and validated by ``model_validate``, so a pydantic
+validation error is a ``msgspec.ValidationError`` naming the path like any other. pydantic is
+never imported here: a model is recognised by its class.
 """
 
 from __future__ import annotations
@@ -25,6 +30,37 @@ MAX_PAYLOAD_BYTES = 8 * 1024 * 1024
 """Default upper bound for one encoded input or output (8 MiB)."""
 
 _MAX_DEPTH = 256
+
+
+def is_pydantic_model(cls: object) -> bool:
+    """Whether ``cls`` is a pydantic model class (v1 or v2), without importing pydantic."""
+    return isinstance(cls, type) and any(base.__module__.split(".")[0] == "pydantic" for base in cls.__mro__)
+
+
+def _enc_hook(value: object) -> object:
+    if is_pydantic_model(type(value)) and hasattr(value, "model_dump"):
+        return value.model_dump(mode="json")
+    raise TypeError(f"Encoding objects of type {type(value).__name__} is unsupported")
+
+
+def _dec_hook(type_: Any, value: object) -> object:
+    if is_pydantic_model(type_) and hasattr(type_, "model_validate"):
+        try:
+            return type_.model_validate(value)
+        except ValueError as exc:
+            # pydantic's ValidationError: one line per error, no documentation links.
+            errors = getattr(exc, "errors", None)
+            if not callable(errors):
+                raise
+            raise ValueError("; ".join(_pydantic_error(error) for error in errors())) from None
+    raise NotImplementedError
+
+
+def _pydantic_error(error: dict[str, Any]) -> str:
+    where = ""
+    for part in error.get("loc", ()):
+        where += f"[{part}]" if isinstance(part, int) else f".{part}"
+    return f"{where.lstrip('.') or 'value'}: {error.get('msg', 'invalid')}"
 
 
 def _check_plain(value: object, path: str, depth: int = 0) -> None:
@@ -64,6 +100,8 @@ def _check_plain(value: object, path: str, depth: int = 0) -> None:
     elif dataclasses.is_dataclass(value) and not isinstance(value, type):
         for f in dataclasses.fields(value):
             _check_plain(getattr(value, f.name), f"{path}.{f.name}", depth + 1)
+    elif is_pydantic_model(type(value)) and hasattr(value, "model_dump"):
+        _check_plain(value.model_dump(mode="json"), path, depth)
     # Anything else (datetime, UUID, Decimal, Enum, unsupported objects) is left to msgspec,
     # which either encodes it in a well-defined way or raises TypeError below.
 
@@ -112,7 +150,7 @@ def encode_json(value: object, *, max_bytes: int = MAX_PAYLOAD_BYTES) -> bytes:
     if not _plain(value):
         _check_plain(value, "$")
     try:
-        raw = msgspec.json.encode(value)
+        raw = msgspec.json.encode(value, enc_hook=_enc_hook)
     except UnicodeEncodeError:
         _check_plain(value, "$")  # names the path of the lone surrogate
         raise NotJsonSerializableError(
@@ -141,7 +179,7 @@ def to_json_value(value: object, type_: Any = Any, *, max_bytes: int = MAX_PAYLO
     """
     raw = encode_json(value, max_bytes=max_bytes)
     if type_ is not Any:
-        msgspec.json.decode(raw, type=type_)
+        msgspec.json.decode(raw, type=type_, dec_hook=_dec_hook)
     return msgspec.json.decode(raw)
 
 
@@ -149,4 +187,4 @@ def from_json_value(value: JsonValue, type_: Any) -> Any:
     """Decode a stored JSON value into ``type_`` (raises ``msgspec.ValidationError``)."""
     if type_ is Any:
         return value
-    return msgspec.json.decode(msgspec.json.encode(value), type=type_)
+    return msgspec.json.decode(msgspec.json.encode(value), type=type_, dec_hook=_dec_hook)
