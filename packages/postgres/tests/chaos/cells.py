@@ -23,7 +23,15 @@ from jobchain_postgres.testing import PrivateServer
 
 from . import chaos_app
 from .audit import Fault, Figures, audit, job_details, read_executions, wait_drained
-from .audit_limits import LIVENESS_LAPSED, PRESUMED_DEAD, count_lines, most_at_once, read_steps
+from .audit_limits import (
+    LIVENESS_LAPSED,
+    PRESUMED_DEAD,
+    count_lines,
+    most_at_once,
+    ran_again_after_a_lapse,
+    read_lapses,
+    read_steps,
+)
 from .faults import conninfo
 from .harness import Knobs, Producer, WorkerProcess
 
@@ -325,14 +333,19 @@ async def run_cell(
         allowed: set[str] = set().union(*run.in_flight_sets)
         rerun = {j for j, n in Counter(e.job_id for e in read_executions(run.exec_log)).items() if n > 1}
         run.figures.extra["re_executed_jobs"] = len(rerun)
-        strays = sorted(rerun - allowed)[:20]
-        run.figures.extra["re_executed_not_in_flight"] = strays
+        strays = sorted(rerun - allowed)
         if strays:  # why they ran again: their executions and what the job rows recorded
             details = await job_details(run.conninfo, strays)
             for execution in read_executions(run.exec_log):
                 if execution.job_id in details:
                     details[execution.job_id].setdefault("executions", []).append(execution)
-            run.figures.extra["re_executed_not_in_flight_detail"] = details
+            lapses = read_lapses(w.log_file for w in run.workers)
+            lapsed = [j for j in strays if ran_again_after_a_lapse(details.get(j, {}), lapses)]
+            strays = [j for j in strays if j not in lapsed]
+            run.figures.extra["re_executed_after_liveness_lapse"] = lapsed
+            shown = {j: details[j] for j in strays[:20] if j in details}
+            run.figures.extra["re_executed_not_in_flight_detail"] = shown
+        run.figures.extra["re_executed_not_in_flight"] = strays[:20]
         run.figures.extra["worker_logs"] = [str(w.log_file) for w in run.workers]
         run.figures.extra["worker_log_lines"] = _log_levels(run.workers)
         _limits_and_words(run)
