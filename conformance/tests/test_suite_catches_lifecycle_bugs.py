@@ -309,6 +309,27 @@ class ErrorTypesIgnoredTx(WrappedTx):
         return await self._inner.jobs_list(dataclasses.replace(params, error_types=()))
 
 
+class CancelIgnoresCascadeTx(WrappedTx):
+    """Bug (q): chains_cancel ignores cascade (the chains the cancelled ones wait for run on)."""
+
+    async def chains_cancel(self, params):
+        return await self._inner.chains_cancel(dataclasses.replace(params, cascade=False))
+
+
+class CancelTakesSharedTx(WrappedTx):
+    """Bug (r): a cascade cancels shared blockers too, as if include_shared were given."""
+
+    async def chains_cancel(self, params):
+        return await self._inner.chains_cancel(dataclasses.replace(params, include_shared=True))
+
+
+class DryRunCancelsTx(WrappedTx):
+    """Bug (s): a dry run cancels for real."""
+
+    async def chains_cancel(self, params):
+        return await self._inner.chains_cancel(dataclasses.replace(params, dry_run=False))
+
+
 def lifecycle_suite(tx_class, *, with_model=False):
     class Variant(WrappedAdapter):
         pass
@@ -347,6 +368,9 @@ TestOptInStuck = lifecycle_suite(OptInStuckTx)
 TestPruneIgnoresBlockers = lifecycle_suite(PruneIgnoresBlockersTx)
 TestPruneNeverBusy = lifecycle_suite(PruneNeverBusyTx)
 TestErrorTypesIgnored = lifecycle_suite(ErrorTypesIgnoredTx)
+TestCancelIgnoresCascade = lifecycle_suite(CancelIgnoresCascadeTx)
+TestCancelTakesShared = lifecycle_suite(CancelTakesSharedTx)
+TestDryRunCancels = lifecycle_suite(DryRunCancelsTx)
 '''
 
 # variant class → cases that must fail against it (and pass against the correct control).
@@ -427,6 +451,21 @@ MUST_FAIL = {
     "TestErrorTypesIgnored": [
         "test_error_types_match_the_last_entry_of_the_history",
         "test_dead_letters_by_type_and_error_page_with_a_cursor",
+    ],
+    "TestCancelIgnoresCascade": [
+        "test_a_cascade_cancels_the_blockers_recursively",
+        "test_a_cascade_follows_the_chains_a_handler_waits_for",
+        "test_a_shared_blocker_is_left_out_with_what_only_it_reaches_and_reported",
+        "test_terminal_blockers_are_skipped_and_a_finished_waiter_shares_nothing",
+        "test_a_running_blocker_job_is_reported_with_its_worker",
+        "test_a_dry_run_changes_nothing_and_reports_what_the_cancel_does",
+    ],
+    "TestCancelTakesShared": [
+        "test_a_shared_blocker_is_left_out_with_what_only_it_reaches_and_reported",
+        "test_a_dry_run_changes_nothing_and_reports_what_the_cancel_does",
+    ],
+    "TestDryRunCancels": [
+        "test_a_dry_run_changes_nothing_and_reports_what_the_cancel_does",
     ],
 }
 CONTROL = "TestCorrect"

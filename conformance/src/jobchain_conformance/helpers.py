@@ -457,11 +457,26 @@ async def fail(
 
 
 async def cancel(
-    adapter: StateAdapter, chain_ids: Sequence[str], *, now: datetime, reason: str | None = None
+    adapter: StateAdapter,
+    chain_ids: Sequence[str],
+    *,
+    now: datetime,
+    reason: str | None = None,
+    cascade: bool = False,
+    include_shared: bool = False,
+    dry_run: bool = False,
 ) -> ChainsCancelled:
     """Cancel chains in one committed transaction."""
+    params = ChainsCancel(
+        chain_ids=chain_ids,
+        reason=reason,
+        now=now,
+        cascade=cascade,
+        include_shared=include_shared,
+        dry_run=dry_run,
+    )
     async with adapter.transaction() as tx:
-        return await tx.chains_cancel(ChainsCancel(chain_ids=chain_ids, reason=reason, now=now))
+        return await tx.chains_cancel(params)
 
 
 async def retry(

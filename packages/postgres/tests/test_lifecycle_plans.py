@@ -170,8 +170,16 @@ async def test_retry_follows_dependents_through_the_blocker_index(seeded: Postgr
 
 async def test_cancel_reads_each_chains_last_job_off_the_chain_index(seeded: PostgresStateAdapter) -> None:
     q = Queries(seeded.options.schema, "jobchain_")
-    params = {"chain_ids": [new_id()], "reason": None, "refuse": False, "now": NOW}
+    chain_ids = [new_id()]
+    params = {"chain_ids": chain_ids, "named": chain_ids, "reason": None, "refuse": False, "now": NOW}
     assert "jobchain_job_chain_index_idx" in await plan(seeded, q.chains_cancel, params)
+
+
+async def test_a_cascading_cancel_walks_blockers_through_the_indexes(seeded: PostgresStateAdapter) -> None:
+    q = Queries(seeded.options.schema, "jobchain_")
+    text = await plan(seeded, q.chains_cancel_cascade, {"chain_ids": [new_id()]})
+    assert "jobchain_job_chain_index_idx" in text
+    assert "jobchain_job_blocker_chain_idx" in text
 
 
 async def test_prune_scans_old_finished_jobs_through_the_status_index(seeded: PostgresStateAdapter) -> None:

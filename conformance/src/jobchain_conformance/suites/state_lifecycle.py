@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from jobchain_conformance.suites._base import StateSuiteBase
 from jobchain_conformance.suites.state_lifecycle_cancel import CancelledJobFencingTests, ChainsCancelTests
+from jobchain_conformance.suites.state_lifecycle_cancel_cascade import ChainsCancelCascadeTests
 from jobchain_conformance.suites.state_lifecycle_fail import (
     ErrorHistoryTests,
     FailedJobFencingTests,
@@ -32,6 +33,7 @@ class LifecycleStateTests(
     FailedJobFencingTests,
     ErrorHistoryTests,
     ChainsCancelTests,
+    ChainsCancelCascadeTests,
     CancelledJobFencingTests,
     PropagationTests,
     OptInPropagationTests,

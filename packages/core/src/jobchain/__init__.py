@@ -1,6 +1,6 @@
 """jobchain: durable, typed job chains that commit with your database transaction."""
 
-from jobchain.client import ChainsRetried, ChainStart, ChainStarted, Client, connect
+from jobchain.client import ChainsCancelReport, ChainsRetried, ChainStart, ChainStarted, Client, connect
 from jobchain.completion import Completion, ContinuationSpec, JobFinished
 from jobchain.entities import (
     PRIORITY_AGING,
@@ -35,6 +35,7 @@ __all__ = [
     "Chain",
     "ChainStart",
     "ChainStarted",
+    "ChainsCancelReport",
     "ChainsRetried",
     "Client",
     "Completion",

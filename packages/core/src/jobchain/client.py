@@ -15,7 +15,7 @@ from types import TracebackType
 from typing import Any, Generic, Literal, TypeVar
 
 from jobchain.client_controls import ClientControls
-from jobchain.client_lifecycle import ChainsRetried, ClientLifecycle
+from jobchain.client_lifecycle import ChainsCancelReport, ChainsRetried, ClientLifecycle
 from jobchain.client_queries import Clock, TypeRef
 from jobchain.completion import (
     Completion,
@@ -565,4 +565,4 @@ async def connect(
         raise
 
 
-__all__ = ["ChainStart", "ChainStarted", "ChainsRetried", "Client", "connect"]
+__all__ = ["ChainStart", "ChainStarted", "ChainsCancelReport", "ChainsRetried", "Client", "connect"]

@@ -22,6 +22,7 @@ from jobchain.contracts.state import (
     DEFAULT_PAGE_SIZE,
     MAX_PAGE_SIZE,
     ChainsCancel,
+    ChainsCancelled,
     ChainsList,
     JobGet,
     JobsList,
@@ -48,6 +49,26 @@ MAX_REASON_CHARS = MAX_ERROR_MESSAGE_CHARS
 
 DEFAULT_RETRY_CHAINS_LIMIT = 1_000
 """How many chains one :meth:`ClientLifecycle.retry_chains` call retries at most by default."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ChainsCancelReport:
+    """What :meth:`ClientLifecycle.cancel_chains_cascading` did (or, ``dry_run``, would do).
+
+    ``cancelled``: the named chains' last jobs, in request order. ``cascaded``: the last jobs
+    of the chains the cascade added (blockers of the set, recursively), oldest chain first.
+    ``shared``: ids of the blocker chains left out because a chain outside the set waits for
+    them too, oldest first (what only they wait for is left out too, and not listed).
+    ``failed``: jobs failed by propagation. ``running_job_ids``: the cancelled jobs that were
+    running (their workers are told, unless ``dry_run``). Each job as it is after the cancel.
+    """
+
+    cancelled: list[Job] = field(default_factory=list)
+    cascaded: list[Job] = field(default_factory=list)
+    shared: list[str] = field(default_factory=list)
+    failed: list[Job] = field(default_factory=list)
+    running_job_ids: list[str] = field(default_factory=list)
+    dry_run: bool = False
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -120,13 +141,31 @@ class ClientLifecycle(ClientQueries):
 
     # ------------------------------------------------------------ cancel
 
-    async def cancel_chain(self, tx: Transaction, chain_id: str, *, reason: str | None = None) -> Chain:
+    async def cancel_chain(
+        self,
+        tx: Transaction,
+        chain_id: str,
+        *,
+        reason: str | None = None,
+        cascade: bool = False,
+        include_shared: bool = False,
+        dry_run: bool = False,
+    ) -> Chain:
         """Cancel one chain and return it (now ``cancelled``); see :meth:`cancel_chains`."""
-        [chain] = await self.cancel_chains(tx, [chain_id], reason=reason)
+        [chain] = await self.cancel_chains(
+            tx, [chain_id], reason=reason, cascade=cascade, include_shared=include_shared, dry_run=dry_run
+        )
         return chain
 
     async def cancel_chains(
-        self, tx: Transaction, chain_ids: Sequence[str], *, reason: str | None = None
+        self,
+        tx: Transaction,
+        chain_ids: Sequence[str],
+        *,
+        reason: str | None = None,
+        cascade: bool = False,
+        include_shared: bool = False,
+        dry_run: bool = False,
     ) -> list[Chain]:
         """Cancel chains, all or nothing; results keep the input order (repeated ids once).
 
@@ -138,13 +177,82 @@ class ClientLifecycle(ClientQueries):
         Raises ChainNotFoundError or ChainNotCancellableError (a completed, failed or
         cancelled chain; the error carries its ``status``) for the first refused id, and then
         changes nothing.
+
+        ``cascade=True`` also cancels the chains these wait for (the blockers of their jobs,
+        declared or added by a handler's wait), recursively, leaving out a blocker that a
+        chain outside the set waits for too (and what only it would pull in) unless
+        ``include_shared=True``; finished blockers are skipped. The result lists the named
+        chains only: :meth:`cancel_chains_cascading` also says which chains the cascade took
+        and which it left out. ``dry_run=True`` returns the chains as they would be and
+        changes nothing (no worker is told, nothing is published).
         """
+        outcome = await self._cancel(tx, chain_ids, reason, cascade, include_shared, dry_run)
+        if outcome is None:
+            return []
+        ids, result = outcome
+        last_by_chain = {job.chain_id: job for job in result.cancelled}
+        others = [c for c in ids if c in last_by_chain and not last_by_chain[c].is_root]
+        roots = await _read_chains(self._tx(tx).state, others) if others else {}
+        out: list[Chain] = []
+        for chain_id in ids:
+            if chain_id in last_by_chain:
+                job = last_by_chain[chain_id]
+                out.append(Chain(root=roots[chain_id].root if chain_id in roots else job, last=job))
+        return out
+
+    async def cancel_chains_cascading(
+        self,
+        tx: Transaction,
+        chain_ids: Sequence[str],
+        *,
+        reason: str | None = None,
+        include_shared: bool = False,
+        dry_run: bool = False,
+    ) -> ChainsCancelReport:
+        """:meth:`cancel_chains` with ``cascade=True``, returning what was cancelled: the named
+        chains, the chains the cascade added and the ones it left out because shared (see
+        :class:`ChainsCancelReport`). Same refusals and notifications."""
+        outcome = await self._cancel(tx, chain_ids, reason, True, include_shared, dry_run)
+        if outcome is None:
+            return ChainsCancelReport(dry_run=dry_run)
+        _, result = outcome
+        return ChainsCancelReport(
+            cancelled=result.cancelled,
+            cascaded=result.cascaded,
+            shared=result.shared,
+            failed=result.failed_jobs,
+            running_job_ids=result.running_job_ids,
+            dry_run=dry_run,
+        )
+
+    async def _cancel(
+        self,
+        tx: Transaction,
+        chain_ids: Sequence[str],
+        reason: str | None,
+        cascade: bool,
+        include_shared: bool,
+        dry_run: bool,
+    ) -> tuple[list[str], ChainsCancelled] | None:
+        """Validate, cancel, raise for a refusal, buffer the side effects (none for a dry run)."""
         tx = self._tx(tx)
         ids = _unique_ids("chain_ids", chain_ids)
         reason = _reason(reason)
+        for name, value in (("cascade", cascade), ("include_shared", include_shared), ("dry_run", dry_run)):
+            if not isinstance(value, bool):
+                raise InvalidArgumentError(f"{name} must be True or False, got {value!r}")
         if not ids:
-            return []
-        result = await tx.state.chains_cancel(ChainsCancel(chain_ids=ids, reason=reason, now=self._now()))
+            return None
+        result = await tx.state.chains_cancel(
+            ChainsCancel(
+                chain_ids=ids,
+                reason=reason,
+                now=self._now(),
+                cascade=cascade,
+                include_shared=include_shared,
+                dry_run=dry_run,
+            )
+        )
         missing = set(result.not_found)
         finished = dict(result.not_cancellable)
         for chain_id in ids:
@@ -152,11 +260,13 @@ class ClientLifecycle(ClientQueries):
                 raise ChainNotFoundError(chain_id)
             if chain_id in finished:
                 raise ChainNotCancellableError(chain_id, finished[chain_id])
+        if dry_run:
+            return ids, result
         hooks = tx.hooks
         for job_id in result.running_job_ids:
             hooks.ownership_lost(job_id)
         running = set(result.running_job_ids)
-        for job in result.cancelled:
+        for job in (*result.cancelled, *result.cascaded):
             hooks.chain_completed(job.chain_id)  # the channel means "chain finished"
             if hooks.records_events:
                 attrs = job_attrs(job)
@@ -168,17 +278,7 @@ class ClientLifecycle(ClientQueries):
                     reason=reason,
                 )
         buffer_propagation(hooks, result.failed_jobs, result.unblocked_jobs)
-        last_by_chain = {job.chain_id: job for job in result.cancelled}
-        others = [c for c in ids if c in last_by_chain and not last_by_chain[c].is_root]
-        chains = await _read_chains(tx.state, others) if others else {}
-        out: list[Chain] = []
-        for chain_id in ids:
-            if chain_id in chains:
-                out.append(chains[chain_id])
-            elif chain_id in last_by_chain:
-                job = last_by_chain[chain_id]
-                out.append(Chain(root=job, last=job))
-        return out
+        return ids, result
 
     # ------------------------------------------------------------ redrive
 

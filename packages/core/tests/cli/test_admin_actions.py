@@ -9,7 +9,7 @@ from datetime import UTC, datetime
 import jobchain
 
 from .helpers import cli, ok_json, one_line_error, status_of
-from .shop import SEND_EMAIL, TYPES, Shop
+from .shop import PLACE_ORDER, SEND_EMAIL, TYPES, Shop
 
 UNKNOWN = "01938c7e-0000-7000-8000-999999999999"
 
@@ -143,6 +143,60 @@ class TestCancel:
         assert "cancelled 121 chains" in result.stdout
         left = ok_json(shop.url, "chains", "list", "--type", "send_email", "--status", "pending")
         assert left["items"] == []
+
+
+class TestCancelCascade:
+    def test_cascade_asks_naming_what_it_takes_then_cancels_the_blockers(self, shop: Shop) -> None:
+        result = cli(shop.url, "cancel", shop.blocked, "--cascade", "--reason", "dropped", input="y\n")
+        assert result.exit_code == 0, result.output
+        assert f"Cancel 1 chain: {shop.blocked} (place_order) and 1 chain they wait for?" in result.stderr
+        assert f"cancelled {shop.blocked}\n" in result.stdout
+        assert f"cancelled {shop.due} (charge, waited for)" in result.stdout
+        assert "cancelled 2 chains" in result.stdout
+        job = ok_json(shop.url, "jobs", "show", shop.due)["job"]
+        assert (job["status"], job["cancel_reason"]) == ("cancelled", "dropped")
+
+    def test_a_dry_run_prints_and_changes_nothing(self, shop: Shop) -> None:
+        result = cli(shop.url, "cancel", shop.blocked, "--cascade", "--dry-run")
+        assert result.exit_code == 0, result.output
+        assert "Cancel" not in result.stderr  # nothing to confirm
+        assert f"would cancel {shop.due} (charge, waited for)" in result.stdout
+        assert "would cancel 2 chains" in result.stdout
+        assert (status_of(shop.url, shop.blocked), status_of(shop.url, shop.due)) == ("blocked", "pending")
+        document = ok_json(shop.url, "cancel", shop.blocked, "--cascade", "--dry-run")
+        assert document == {
+            "cancelled": [shop.blocked],
+            "skipped": [],
+            "cascaded": [shop.due],
+            "shared": [],
+            "dry_run": True,
+        }
+        assert ok_json(shop.url, "cancel", shop.due, "--dry-run")["cancelled"] == [shop.due]
+        assert status_of(shop.url, shop.due) == "pending"
+
+    def test_a_shared_blocker_is_left_out_and_named_unless_include_shared(self, shop: Shop) -> None:
+        async def another_order() -> str:
+            client = await jobchain.connect(shop.url, notify="none", job_types=TYPES, migrate=False)
+            async with client, client.transaction() as tx:
+                blocker = await client.get_chain(shop.due, tx=tx)
+                assert blocker is not None
+                return (await client.start_chain(tx, PLACE_ORDER, {"order": 8}, blockers=[blocker])).id
+
+        other = asyncio.run(another_order())
+        result = cli(shop.url, "cancel", shop.blocked, "--cascade", "--yes")
+        assert result.exit_code == 0, result.output
+        assert f"left out {shop.due} (other chains wait for it too" in result.stdout
+        assert "cancelled 1 chain" in result.stdout
+        assert (status_of(shop.url, shop.due), status_of(shop.url, other)) == ("pending", "blocked")
+        document = ok_json(shop.url, "cancel", other, "--cascade", "--include-shared", "--yes")
+        assert (document["cascaded"], document["shared"]) == ([shop.due], [])
+        assert status_of(shop.url, shop.due) == "cancelled"
+
+    def test_usage_errors(self, shop: Shop) -> None:
+        assert cli(shop.url, "cancel", "--type", "charge", "--cascade", "--yes").exit_code == 2
+        assert cli(shop.url, "cancel", "--type", "charge", "--dry-run").exit_code == 2
+        assert cli(shop.url, "cancel", shop.blocked, "--include-shared", "--yes").exit_code == 2
+        assert status_of(shop.url, shop.blocked) == "blocked"
 
 
 class TestDelete:

@@ -154,6 +154,63 @@ class TestCancel:
         assert await status(client, tolerant) is JobStatus.PENDING
 
 
+class TestCancelCascade:
+    async def test_the_blockers_are_cancelled_their_workers_told_and_a_shared_one_left_out(
+        self, client: Client, notify: MemoryNotifyAdapter, recorder: Recorder
+    ) -> None:
+        email = await start(client, work, 1)
+        shared = await start(client, needs, 2)
+        other = await start(client, needs, 3, blockers=[shared])
+        order = await start(client, needs, 4, blockers=[email, shared])
+        async with client.transaction() as tx:
+            acquired = await tx.state.jobs_acquire(
+                JobsAcquire(type_names=["work"], worker_id="w1", lease_for=timedelta(seconds=30), now=START)
+            )
+        assert [j.id for j in acquired.jobs] == [email]
+        await listen(notify, recorder, [email, shared, order], [email])
+        recorder.events.clear()
+
+        async with client.transaction() as tx:
+            report = await client.cancel_chains_cascading(tx, [order], reason="stop")
+        await settle()
+
+        assert ([j.id for j in report.cancelled], [j.id for j in report.cascaded]) == ([order], [email])
+        assert (report.shared, report.running_job_ids, report.dry_run) == ([shared], [email], False)
+        assert report.cascaded[0].cancel_reason == "stop"
+        assert sorted(recorder.notices) == sorted([("lost", email), ("finished", email), ("finished", order)])
+        assert recorder.names().count("chain_cancelled") == 2
+        assert await status(client, shared) is JobStatus.PENDING
+        assert await status(client, other) is JobStatus.BLOCKED
+
+    async def test_include_shared_and_cancel_chains_with_cascade(self, client: Client) -> None:
+        shared = await start(client, work, 1)
+        other = await start(client, needs, 2, blockers=[shared])
+        order = await start(client, needs, 3, blockers=[shared])
+        async with client.transaction() as tx:
+            [chain] = await client.cancel_chains(tx, [order], cascade=True, include_shared=True)
+        assert (chain.id, chain.last.status) == (order, JobStatus.CANCELLED)
+        assert await status(client, shared) is JobStatus.CANCELLED
+        assert await status(client, other) is JobStatus.FAILED
+
+    async def test_a_dry_run_publishes_and_changes_nothing(
+        self, client: Client, notify: MemoryNotifyAdapter, recorder: Recorder
+    ) -> None:
+        email = await start(client, work, 1)
+        order = await start(client, needs, 2, blockers=[email])
+        await listen(notify, recorder, [email, order], [])
+        recorder.events.clear()
+        async with client.transaction() as tx:
+            report = await client.cancel_chains_cascading(tx, [order], dry_run=True)
+            chain = await client.cancel_chain(tx, order, cascade=True, dry_run=True)
+        await settle()
+        assert [(j.id, j.status) for j in report.cascaded] == [(email, JobStatus.CANCELLED)]
+        assert report.dry_run is True
+        assert (chain.id, chain.last.status) == (order, JobStatus.CANCELLED)
+        assert (recorder.notices, recorder.names()) == ([], [])
+        assert await status(client, email) is JobStatus.PENDING
+        assert await status(client, order) is JobStatus.BLOCKED
+
+
 class TestStartAgainstAFailedBlocker:
     async def test_the_new_chain_fails_at_once_and_its_waiter_raises(
         self, client: Client, notify: MemoryNotifyAdapter, recorder: Recorder

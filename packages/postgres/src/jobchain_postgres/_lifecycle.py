@@ -4,15 +4,17 @@ job_fail and chains_cancel send three statements in one pipeline (one round trip
 transaction, in autocommit too): the row locks, the decision, then the propagation down the
 blocker graph (``sql/jobs_propagate.sql``), each statement with a snapshot taken after the one
 before it. The decision hands the chains that became terminal to the propagation through the
-transaction-local setting ``jobchain.origins``.
+transaction-local setting ``jobchain.origins``. A cascading cancel reads the blocker edges
+(``sql/chains_cancel_cascade.sql``) in one round trip before that pipeline.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from datetime import datetime
-from typing import Any
+from typing import Any, cast
 
+from jobchain.contracts.lifecycle import cancel_cascade, cancel_dry_run
 from jobchain.contracts.state import (
     ChainsCancel,
     ChainsCancelled,
@@ -23,6 +25,7 @@ from jobchain.contracts.state import (
     JobsRetried,
     JobsRetry,
     PrunedChain,
+    StateTx,
 )
 from jobchain.entities import ATTEMPT_ERRORS_KEPT, Job
 from jobchain.errors import InvalidArgumentError, JobNotFoundError, TransientStateError
@@ -136,8 +139,12 @@ class LifecycleMixin:
 
     async def chains_cancel(self, params: ChainsCancel) -> ChainsCancelled:
         """Cancel each chain's last job, all or nothing, and propagate; never waits for an
-        atomic attempt's hold (``sql/job_hold.sql``)."""
+        atomic attempt's hold (``sql/job_hold.sql``). A cascade first reads the blocker edges
+        (``sql/chains_cancel_cascade.sql``, one round trip more); a dry run is the call in a
+        savepoint rolled back (so it needs a transaction, not autocommit)."""
 
+        if params.dry_run:
+            return await cancel_dry_run(cast("StateTx", self), params)
         requested = list(dict.fromkeys(params.chain_ids))
         self._check(write=True)
         if params.reason is not None and not isinstance(params.reason, str):
@@ -145,15 +152,42 @@ class LifecycleMixin:
         if not requested:
             return ChainsCancelled()
         valid = {chain_id: uuid_or_none(chain_id) for chain_id in requested}
-        chain_ids = sorted({v for v in valid.values() if v is not None})
+        named = sorted({v for v in valid.values() if v is not None})
         refuse = None in valid.values()
+        added: list[str] = []
+        shared: list[str] = []
+        if params.cascade and not refuse:
+            edge_shape, edges = await self._rows(
+                self._q.chains_cancel_cascade, {"chain_ids": named}, write=True
+            )
+            pairs = [
+                (edge_shape.scalar(row, "_dependent_id"), edge_shape.scalar(row, "_blocker_id"))
+                for row in edges
+            ]
+            order = {
+                edge_shape.scalar(row, "_blocker_id"): (
+                    edge_shape.scalar(row, "_created_at"),
+                    edge_shape.scalar(row, "_blocker_id"),
+                )
+                for row in edges
+            }
+            canonical = [valid[chain_id] or chain_id for chain_id in requested]
+            plan = cancel_cascade(canonical, pairs, order, include_shared=params.include_shared)
+            added, shared = plan.added, plan.shared
+        chain_ids = sorted({*named, *added})
         now = check_now(params.now)
         decided, failed, unblocked = await self._propagated(
             [
                 (self._q.chains_cancel_lock, {"chain_ids": chain_ids}),
                 (
                     self._q.chains_cancel,
-                    {"chain_ids": chain_ids, "reason": params.reason, "refuse": refuse, "now": now},
+                    {
+                        "chain_ids": chain_ids,
+                        "named": named,
+                        "reason": params.reason,
+                        "refuse": refuse,
+                        "now": now,
+                    },
                 ),
             ],
             now,
@@ -163,18 +197,21 @@ class LifecycleMixin:
         not_found: list[str] = []
         not_cancellable: list[tuple[str, str]] = []
         cancelled: list[Job] = []
+        cascaded: list[Job] = []
         running: list[str] = []
         leased_by: dict[str, str] = {}
-        for chain_id in requested:
-            key = valid[chain_id]
+        for chain_id, out in [(c, cancelled) for c in requested] + [(c, cascaded) for c in added]:
+            key = valid.get(chain_id, chain_id)
             row = by_chain.get(key) if key is not None else None
             status = None if row is None else shape.scalar(row, "_status")
             if row is None or not shape.scalar(row, "_found") or status is None:
-                not_found.append(chain_id)
+                if out is cancelled:
+                    not_found.append(chain_id)
             elif status in ("completed", "failed", "cancelled"):
-                not_cancellable.append((chain_id, status))
+                if out is cancelled:
+                    not_cancellable.append((chain_id, status))
             elif (job := shape.job(row)) is not None:
-                cancelled.append(job)
+                out.append(job)
                 if status == "running":
                     running.append(job.id)
                     holder = shape.scalar(row, "_leased_by")
@@ -188,6 +225,8 @@ class LifecycleMixin:
             previous_leased_by=leased_by,
             failed_jobs=failed,
             unblocked_jobs=unblocked,
+            cascaded=cascaded,
+            shared=shared,
         )
 
     async def jobs_retry(self, params: JobsRetry) -> JobsRetried:

@@ -8,7 +8,10 @@ end, so its statements see one consistent state:
   previous lease holder); ``jobs_propagate`` only when the failed chain blocks other jobs.
 - ``chains_cancel``: a lookup of the chains' last jobs (all-or-nothing, and which were
   running under whose lease: RETURNING cannot show a row's previous values), one UPDATE,
-  then ``jobs_propagate`` only when a cancelled chain blocks other jobs.
+  then ``jobs_propagate`` only when a cancelled chain blocks other jobs. With ``cascade``,
+  one recursive SELECT of the blocker edges (``chains_cancel_cascade``) and, when it adds
+  chains, the lookup again for them, between the lookup and the UPDATE; a dry run is the
+  call in a savepoint rolled back.
 - ``jobs_retry``: a lookup (all-or-nothing), then one recursive UPDATE for the jobs and
   their dependents.
 - ``chains_prune``: one recursive SELECT of the chains to delete, then (when it found any)
@@ -27,6 +30,7 @@ import json
 from collections.abc import Awaitable, Callable, Sequence
 from datetime import UTC, datetime
 
+from jobchain.contracts.lifecycle import cancel_cascade
 from jobchain.contracts.state import (
     ChainsCancel,
     ChainsCancelled,
@@ -123,7 +127,7 @@ async def job_fail(
 
 
 async def chains_cancel(ctx: TxContext, params: ChainsCancel) -> ChainsCancelled:
-    """See StateTx.chains_cancel: all-or-nothing, then propagation."""
+    """See StateTx.chains_cancel: all-or-nothing, the cascade, then propagation."""
     ctx.require_write("chains_cancel")
     requested = list(dict.fromkeys(params.chain_ids))
     if not requested:
@@ -137,6 +141,20 @@ async def chains_cancel(ctx: TxContext, params: ChainsCancel) -> ChainsCancelled
     ]
     if not_found or not_cancellable:
         return ChainsCancelled(not_found=not_found, not_cancellable=not_cancellable)
+    added: list[str] = []
+    shared: list[str] = []
+    if params.cascade:
+        edges = await ctx.fetch(ctx.q.chains_cancel_cascade, {"chain_ids": json_list(requested)})
+        order = {row["blocker_id"]: (row["created_at"], row["blocker_id"]) for row in edges}
+        plan = cancel_cascade(
+            requested,
+            [(row["dependent_id"], row["blocker_id"]) for row in edges],
+            order,
+            include_shared=params.include_shared,
+        )
+        added, shared = plan.added, plan.shared
+        if added:  # all non-terminal: the write lock is held since the lookup
+            found = [*found, *await ctx.fetch(ctx.q.chains_cancel_lookup, {"chain_ids": json_list(added)})]
     running = {row["job_id"]: row["leased_by"] for row in found if row["status"] == "running"}
     now = params.now or utcnow()
     rows = await ctx.fetch(
@@ -152,17 +170,22 @@ async def chains_cancel(ctx: TxContext, params: ChainsCancel) -> ChainsCancelled
         job = job_from_row(row)
         by_chain[job.chain_id] = (job, row)
     cancelled = [by_chain[chain_id][0] for chain_id in requested]
+    cascaded = [by_chain[chain_id][0] for chain_id in added]
     failed, unblocked = await propagate(
-        ctx, [(chain_id, "cancelled") for chain_id in requested if by_chain[chain_id][1]["is_blocker"]], now
+        ctx,
+        [(chain_id, "cancelled") for chain_id in (*requested, *added) if by_chain[chain_id][1]["is_blocker"]],
+        now,
     )
     return ChainsCancelled(
         cancelled=cancelled,
-        running_job_ids=[job.id for job in cancelled if job.id in running],
+        running_job_ids=[job.id for job in (*cancelled, *cascaded) if job.id in running],
         previous_leased_by={
             job_id: leased_by for job_id, leased_by in running.items() if leased_by is not None
         },
         failed_jobs=failed,
         unblocked_jobs=unblocked,
+        cascaded=cascaded,
+        shared=shared,
     )
 
 

@@ -74,6 +74,7 @@ class Queries:
     job_fail: str
     jobs_propagate: str
     chains_cancel_lookup: str
+    chains_cancel_cascade: str
     chains_cancel: str
     jobs_retry_lookup: str
     jobs_retry: str

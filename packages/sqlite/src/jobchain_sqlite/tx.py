@@ -11,6 +11,7 @@ from collections.abc import AsyncIterator, Sequence
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from datetime import timedelta
 
+from jobchain.contracts.lifecycle import cancel_dry_run
 from jobchain.contracts.scheduling import (
     JobWait,
     JobWaited,
@@ -275,6 +276,8 @@ class SqliteTx:
         On SQLite a cancel is a write: it waits for the write lock, so it waits for an
         atomic attempt's transaction to end (that attempt holds the lock while it runs).
         """
+        if params.dry_run:
+            return await cancel_dry_run(self, params)
         return await lifecycle.chains_cancel(self._ctx, params)
 
     async def jobs_retry(self, params: JobsRetry) -> JobsRetried:

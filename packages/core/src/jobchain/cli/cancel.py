@@ -37,10 +37,13 @@ FILTERS = "--type, --status, --newer-than, --older-than"
 
 @dataclass(slots=True)
 class Cancelled:
-    """Chains cancelled, and (bulk) chains that finished or vanished before their batch ran."""
+    """Chains cancelled, and (bulk) chains that finished or vanished before their batch ran;
+    with --cascade the chains it added and the ones left out because shared (id, type)."""
 
     cancelled: list[str] = field(default_factory=list)
     skipped: list[str] = field(default_factory=list)
+    cascaded: list[tuple[str, str]] = field(default_factory=list)
+    shared: list[str] = field(default_factory=list)
 
 
 @click.command("cancel")
@@ -55,6 +58,18 @@ class Cancelled:
 )
 @window_options
 @click.option("--reason", default=None, help="Recorded on each cancelled job (cancel_reason).")
+@click.option(
+    "--cascade",
+    is_flag=True,
+    help="By id: also cancel the chains these wait for (their blockers), recursively, "
+    "except ones other unfinished chains wait for too.",
+)
+@click.option(
+    "--include-shared",
+    is_flag=True,
+    help="With --cascade: cancel the blockers other chains wait for too (those then fail).",
+)
+@click.option("--dry-run", is_flag=True, help="By id: print what would be cancelled; change nothing.")
 @batch_option
 @yes_option
 @state_option
@@ -67,6 +82,9 @@ def cancel_command(
     newer_than: Any,
     older_than: Any,
     reason: str | None,
+    cascade: bool,
+    include_shared: bool,
+    dry_run: bool,
     batch_size: int,
     yes: bool,
     state: str | None,
@@ -77,17 +95,26 @@ def cancel_command(
 
     Asks first (--yes skips it). A running job's worker is told to stop at once when a
     notify backend is configured (--notify), else at its next lease renewal.
+
+    --cascade also cancels, recursively, the unfinished chains the named ones wait for; a
+    chain that another unfinished chain waits for too is left out (and named), with what only
+    it waits for, unless --include-shared. --dry-run prints what would happen.
     """
     window = Window(newer_than=newer_than, older_than=older_than)
     bulk = bool(types or statuses or window.given)
     require_one_selection(bool(chain_ids), bulk, FILTERS)
+    if bulk and (cascade or dry_run):
+        raise click.UsageError("--cascade and --dry-run take chain ids, not filters")
+    if include_shared and not cascade:
+        raise click.UsageError("--include-shared goes with --cascade")
+    options = CancelOptions(reason=reason, cascade=cascade, include_shared=include_shared, dry_run=dry_run)
     created_from, created_to = window.bounds()
     wanted = names(statuses) or [s.value for s in CANCELLABLE]
 
     async def main() -> Cancelled:
         async with open_client(state, notify) as client:
             if not bulk:
-                return await cancel_ids(client, list(dict.fromkeys(chain_ids)), reason, yes)
+                return await cancel_ids(client, list(dict.fromkeys(chain_ids)), options, yes)
 
             ids = await matching_chain_ids(
                 client,
@@ -103,20 +130,40 @@ def cancel_command(
 
     done = run(main(), state=state)
     if as_json:
-        emit_json({"cancelled": done.cancelled, "skipped": done.skipped})
+        document: dict[str, Any] = {"cancelled": done.cancelled, "skipped": done.skipped}
+        if cascade or dry_run:
+            document.update(
+                cascaded=[chain_id for chain_id, _ in done.cascaded], shared=done.shared, dry_run=dry_run
+            )
+        emit_json(document)
         return
+    verb = "would cancel" if dry_run else "cancelled"
     if not bulk:
         for chain_id in done.cancelled:
-            click.echo(f"cancelled {chain_id}")
-    click.echo(f"cancelled {plural(len(done.cancelled), 'chain')}")
+            click.echo(f"{verb} {chain_id}")
+        for chain_id, type_name in done.cascaded:
+            click.echo(f"{verb} {chain_id} ({type_name}, waited for)")
+        for chain_id in done.shared:
+            click.echo(f"left out {chain_id} (other chains wait for it too; --include-shared takes it)")
+    click.echo(f"{verb} {plural(len(done.cancelled) + len(done.cascaded), 'chain')}")
     if done.skipped:
         click.echo(
             f"skipped {plural(len(done.skipped), 'chain')} that finished or were deleted meanwhile", err=True
         )
 
 
-async def cancel_ids(client: Client, ids: list[str], reason: str | None, yes: bool) -> Cancelled:
-    """Check every id first (unknown or finished: error, nothing asked), confirm, cancel together."""
+@dataclass(frozen=True, slots=True)
+class CancelOptions:
+    reason: str | None = None
+    cascade: bool = False
+    include_shared: bool = False
+    dry_run: bool = False
+
+
+async def cancel_ids(client: Client, ids: list[str], options: CancelOptions, yes: bool) -> Cancelled:
+    """Check every id first (unknown or finished: error, nothing asked), confirm, cancel together.
+
+    A dry run asks nothing; a cascade asks after a dry run says what it would take."""
     found = {chain.id: chain for chain in (await client.list_chains(chain_ids=ids, limit=len(ids))).items}
     for chain_id in ids:
         chain = found.get(chain_id)
@@ -124,11 +171,36 @@ async def cancel_ids(client: Client, ids: list[str], reason: str | None, yes: bo
             raise ChainNotFoundError(chain_id)
         if chain.status not in CANCELLABLE:
             raise ChainNotCancellableError(chain_id, chain.status.value)
+    if options.dry_run:
+        return await _cascading(client, ids, options, dry_run=True)
     listed = ", ".join(f"{chain_id} ({found[chain_id].type_name})" for chain_id in ids[:5])
     more = f" and {len(ids) - 5} more" if len(ids) > 5 else ""
-    confirm(f"Cancel {plural(len(ids), 'chain')}: {listed}{more}?", yes)
+    waited = ""
+    if options.cascade and not yes:
+        plan = await _cascading(client, ids, options, dry_run=True)
+        waited = f" and {plural(len(plan.cascaded), 'chain')} they wait for"
+        if plan.shared:
+            waited += f" (leaving out {plural(len(plan.shared), 'shared chain')})"
+    confirm(f"Cancel {plural(len(ids), 'chain')}: {listed}{more}{waited}?", yes)
+    if options.cascade:
+        return await _cascading(client, ids, options, dry_run=False)
     async with client.transaction() as tx:
-        chains = await client.cancel_chains(tx, ids, reason=reason)
+        chains = await client.cancel_chains(tx, ids, reason=options.reason)
+    return Cancelled(cancelled=[chain.id for chain in chains])
+
+
+async def _cascading(client: Client, ids: list[str], options: CancelOptions, *, dry_run: bool) -> Cancelled:
+    async with client.transaction() as tx:
+        if options.cascade:
+            report = await client.cancel_chains_cascading(
+                tx, ids, reason=options.reason, include_shared=options.include_shared, dry_run=dry_run
+            )
+            return Cancelled(
+                cancelled=[job.chain_id for job in report.cancelled],
+                cascaded=[(job.chain_id, job.chain_type_name) for job in report.cascaded],
+                shared=report.shared,
+            )
+        chains = await client.cancel_chains(tx, ids, reason=options.reason, dry_run=dry_run)
     return Cancelled(cancelled=[chain.id for chain in chains])
 
 

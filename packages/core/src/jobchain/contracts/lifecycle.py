@@ -27,11 +27,16 @@ from ``jobchain.contracts`` and ``jobchain.contracts.state``.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from dataclasses import dataclass, field
+from collections import deque
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field, replace
 from datetime import datetime
+from typing import TYPE_CHECKING, Any
 
 from jobchain.entities import AttemptError, Job, Schedule
+
+if TYPE_CHECKING:
+    from jobchain.contracts.state import StateTx
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -78,17 +83,45 @@ class ChainsCancel:
     job's attempt is fenced from then on; the adapter must not wait for that attempt to end
     even where it holds its job's row lock (atomic mode) — an engine that cannot avoid the
     wait (one writer at a time) documents it.
+
+    ``cascade=True`` first extends the set with the chains it waits for. A *blocker* of a chain
+    is a chain that blocks one of its jobs (declared at creation or added by a handler's
+    :class:`JobWait`), of any status; only the non-terminal ones count (a completed, failed or
+    cancelled blocker is skipped silently, and its own blockers are not walked). A blocker is
+    *shared* when it blocks a job of a non-terminal chain that is not in the set (others wait
+    for it too). The set is the largest one that holds the named chains and in which every
+    other chain is reached from a named chain through blockers of the set and is not shared;
+    equivalently: take every non-terminal chain reachable through blockers, then drop, until
+    nothing changes, each chain that is shared and each chain no longer reached. So a shared
+    chain is left out together with what only it reaches, and a blocker of both a chain of the
+    set and a shared chain is left out too (cancelling it would fail the shared chain). The
+    result's ``shared`` lists the non-terminal blockers of jobs of the set that were left out
+    (what only they reach is not listed). ``include_shared=True`` takes every non-terminal
+    chain reachable through blockers. The refusals above concern the named chains only.
+    :func:`cancel_cascade` computes the set from the blocker edges.
+
+    ``dry_run=True``: the same result as the call would return (the jobs as they would be),
+    and nothing changes (:func:`cancel_dry_run` runs the call in a savepoint rolled back).
     """
 
     chain_ids: Sequence[str]
     reason: str | None = None
     now: datetime | None = None
+    cascade: bool = False
+    include_shared: bool = False
+    dry_run: bool = False
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class ChainsCancelled:
     """The cancelled jobs (each chain's last job, as it is now), which of them were running
-    (their workers must be told: publish ownership lost), and the propagation."""
+    (their workers must be told: publish ownership lost), and the propagation.
+
+    ``cancelled`` holds the named chains' last jobs (request order); ``cascaded`` the last jobs
+    of the chains the cascade added and ``shared`` the ids of the blocker chains it left out
+    because others wait for them, each by root creation (``created_at``, id).
+    ``running_job_ids`` and ``previous_leased_by`` cover both ``cancelled`` and ``cascaded``.
+    """
 
     cancelled: list[Job] = field(default_factory=list)
     running_job_ids: list[str] = field(default_factory=list)
@@ -98,6 +131,77 @@ class ChainsCancelled:
     not_found: list[str] = field(default_factory=list)
     not_cancellable: list[tuple[str, str]] = field(default_factory=list)
     """(chain id, its status) for each chain that is already completed, failed or cancelled."""
+    cascaded: list[Job] = field(default_factory=list)
+    shared: list[str] = field(default_factory=list)
+
+
+@dataclass(frozen=True, slots=True)
+class CancelCascade:
+    """What a cascading cancel adds to the named chains and what it leaves out because shared;
+    each list ordered as the ``order`` given to :func:`cancel_cascade`."""
+
+    added: list[str]
+    shared: list[str]
+
+
+def cancel_cascade(
+    named: Sequence[str],
+    edges: Iterable[tuple[str, str]],
+    order: Mapping[str, Any],
+    *,
+    include_shared: bool = False,
+) -> CancelCascade:
+    """The cascade of :class:`ChainsCancel` from its blocker edges.
+
+    ``edges``: (dependent chain id, blocker chain id) for every job of a non-terminal chain
+    blocked by a non-terminal chain reachable from ``named`` through such edges — dependents
+    outside that closure included, which is how a blocker is known to be shared. ``order``:
+    a sort key per blocker chain (its root's ``(created_at, id)``).
+    """
+    blockers_of: dict[str, list[str]] = {}
+    dependents_of: dict[str, set[str]] = {}
+    for dependent, blocker in edges:
+        if dependent != blocker:
+            blockers_of.setdefault(dependent, []).append(blocker)
+            dependents_of.setdefault(blocker, set()).add(dependent)
+    start = set(named)
+
+    def walk(within: set[str] | None) -> set[str]:
+        """Reach from the named chains; with ``within``, only through chains that are not
+        shared with a chain outside it."""
+        seen = set(start)
+        queue = deque(start)
+        while queue:
+            for blocker in blockers_of.get(queue.popleft(), ()):
+                if blocker not in seen and (within is None or dependents_of.get(blocker, set()) <= within):
+                    seen.add(blocker)
+                    queue.append(blocker)
+        return seen
+
+    taken = walk(None)
+    if not include_shared:
+        while (narrower := walk(taken)) != taken:  # shrinks each round: a fixed point soon
+            taken = narrower
+    shared = {b for c in taken for b in blockers_of.get(c, ()) if b not in taken}
+    return CancelCascade(
+        added=sorted(taken - start, key=lambda chain_id: order[chain_id]),
+        shared=sorted(shared, key=lambda chain_id: order[chain_id]),
+    )
+
+
+class _UndoneError(Exception):
+    def __init__(self, result: ChainsCancelled) -> None:
+        self.result = result
+
+
+async def cancel_dry_run(tx: StateTx, params: ChainsCancel) -> ChainsCancelled:
+    """Run ``params`` (without ``dry_run``) in a savepoint of ``tx`` that is rolled back, and
+    return what it returned: a dry run for adapters with savepoints."""
+    try:
+        async with tx.savepoint() as inner:
+            raise _UndoneError(await inner.chains_cancel(replace(params, dry_run=False)))
+    except _UndoneError as undone:
+        return undone.result
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -12,6 +12,7 @@ from collections import deque
 from dataclasses import replace
 from datetime import datetime
 
+from jobchain.contracts.lifecycle import CancelCascade, cancel_cascade
 from jobchain.contracts.state import (
     ChainsCancel,
     ChainsCancelled,
@@ -123,8 +124,16 @@ def chains_cancel(ctx: Ctx, params: ChainsCancel, now: datetime) -> ChainsCancel
         lasts.append(last)
     if not_found or not_cancellable:
         return ChainsCancelled(not_found=not_found, not_cancellable=not_cancellable)
-    cancelled = [
-        ctx.put(
+    plan = _cascade(ctx, chain_ids, params.include_shared) if params.cascade else None
+    added: list[Job] = []
+    for chain_id in plan.added if plan is not None else ():
+        last = ctx.view.last_job(chain_id)
+        if last is not None:
+            ctx.store.lock(ctx.tx, last.id, through_holds=True)
+            added.append(last)
+
+    def cancel_job(last: Job) -> Job:
+        return ctx.put(
             replace(
                 last,
                 status=JobStatus.CANCELLED,
@@ -135,17 +144,51 @@ def chains_cancel(ctx: Ctx, params: ChainsCancel, now: datetime) -> ChainsCancel
             ),
             through_holds=True,
         )
-        for last in lasts
-    ]
-    running = [last for last in lasts if last.status is JobStatus.RUNNING]
-    failed_jobs, unblocked = propagate(ctx, cancelled, now)
+
+    cancelled = [cancel_job(last) for last in lasts]
+    cascaded = [cancel_job(last) for last in added]
+    running = [last for last in (*lasts, *added) if last.status is JobStatus.RUNNING]
+    failed_jobs, unblocked = propagate(ctx, [*cancelled, *cascaded], now)
     return ChainsCancelled(
         cancelled=cancelled,
         running_job_ids=[job.id for job in running],
         previous_leased_by={job.id: job.leased_by for job in running if job.leased_by is not None},
         failed_jobs=failed_jobs,
         unblocked_jobs=unblocked,
+        cascaded=cascaded,
+        shared=[] if plan is None else plan.shared,
     )
+
+
+def _open(ctx: Ctx, chain_id: str) -> bool:
+    last = ctx.view.last_job(chain_id)
+    return last is not None and not last.status.terminal
+
+
+def _cascade(ctx: Ctx, named: list[str], include_shared: bool) -> CancelCascade:
+    """The blocker edges of the non-terminal chains reachable from ``named``, then the plan."""
+    view = ctx.view
+    seen = set(named)
+    queue = deque(named)
+    closure: list[str] = []
+    while queue:
+        for job in view.chain_jobs(queue.popleft()):
+            for blocker_id in view.blockers(job.id):
+                if blocker_id not in seen and _open(ctx, blocker_id):
+                    seen.add(blocker_id)
+                    closure.append(blocker_id)
+                    queue.append(blocker_id)
+    edges = [
+        (job.chain_id, blocker_id)
+        for blocker_id in closure
+        for job in view.dependents(blocker_id)
+        if _open(ctx, job.chain_id)
+    ]
+    order = {}
+    for chain_id in closure:
+        root = view.chain_jobs(chain_id)[0]
+        order[chain_id] = created_key(root)
+    return cancel_cascade(named, edges, order, include_shared=include_shared)
 
 
 # ---------------------------------------------------------------- retry

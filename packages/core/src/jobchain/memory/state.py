@@ -17,6 +17,7 @@ from types import TracebackType
 from typing import TypeVar
 
 from jobchain.contracts.capabilities import Capability
+from jobchain.contracts.lifecycle import cancel_dry_run
 from jobchain.contracts.scheduling import (
     JobWait,
     JobWaited,
@@ -349,6 +350,8 @@ class MemoryStateTx:
         return await self._write(lambda ctx, _: _deletion.chains_delete(ctx, params), None)
 
     async def chains_cancel(self, params: ChainsCancel) -> ChainsCancelled:
+        if params.dry_run:
+            return await cancel_dry_run(self, params)
         return await self._write(lambda ctx, now: _lifecycle.chains_cancel(ctx, params, now), params.now)
 
     async def jobs_retry(self, params: JobsRetry) -> JobsRetried:

@@ -257,6 +257,7 @@ class SyncClient(SyncReads):
     trigger_jobs = _write(Client.trigger_jobs)
     cancel_chain = _write(Client.cancel_chain)
     cancel_chains = _write(Client.cancel_chains)
+    cancel_chains_cascading = _write(Client.cancel_chains_cascading)
     retry_job = _write(Client.retry_job)
     retry_jobs = _write(Client.retry_jobs)
     retry_chains = _write(Client.retry_chains)

@@ -1,6 +1,7 @@
 -- chains_cancel: cancel the last job of each chain (blocked, pending or running → cancelled,
--- cancelled_at, cancel_reason, lease cleared), all or nothing: when any chain is missing or
--- already terminal, change nothing and report each chain's status instead. The cancelled chains
+-- cancelled_at, cancel_reason, lease cleared), all or nothing: when any chain of :named is missing
+-- or already terminal, change nothing and report each chain's status instead. The other chains
+-- (a cascade added them) are cancelled unless they became terminal meanwhile. The cancelled chains
 -- go to the transaction-local setting jobchain.origins for jobs_propagate (next in the same
 -- pipeline); it is set empty when nothing was cancelled.
 -- Plan: primary key per chain root, job_chain_index_idx (backward) for its last job.
@@ -31,7 +32,9 @@ cancelled AS (
       AND j.status IN ('blocked', 'pending', 'running')
       AND NOT %(refuse)s::boolean  -- an id that is no UUID was refused before this statement
       AND NOT EXISTS (
-          SELECT 1 FROM state AS x WHERE NOT x.found OR x.status IN ('completed', 'failed', 'cancelled')
+          SELECT 1 FROM state AS x
+          WHERE x.chain_id = ANY (%(named)s::uuid[])
+            AND (NOT x.found OR x.status IN ('completed', 'failed', 'cancelled'))
       )
     RETURNING j.*
 ),
