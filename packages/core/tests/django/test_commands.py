@@ -167,3 +167,54 @@ def test_jobchain_worker_migrate_applies_the_migrations_then_runs(tmp_path: Path
     with sqlite3.connect(fresh) as conn:
         tables = {row[0] for row in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
     assert "jobchain_job" in tables
+
+
+@pytest.mark.pg_connections(4, outside=6)
+def test_jobchain_worker_otel_exports_the_attempts_span_and_the_completion_metric(alias: str) -> None:
+    import os
+
+    env = {k: v for k, v in worker_env(alias).items() if not k.startswith("OTEL_") and k != "JOBCHAIN_OTEL"}
+    env |= {"OTEL_TRACES_EXPORTER": "console", "OTEL_METRICS_EXPORTER": "console"}
+    out = (tmp_dir() / f"otel-{alias}-{os.getpid()}-{threading.get_ident()}.out").open("w+")
+    err = (tmp_dir() / f"otel-{alias}-{os.getpid()}-{threading.get_ident()}.err").open("w+")
+    process = subprocess.Popen(
+        [sys.executable, "-m", "django", "jobchain_worker", "--loop", "asyncio", "--otel"],
+        env=env,
+        stdout=out,
+        stderr=err,
+        text=True,
+    )
+    try:
+        order = Order.objects.using(alias).create(name=f"otel-{alias}-{time.monotonic_ns()}")
+        made = jd.start_chain(make_receipt, OrderRef(order_id=order.pk, alias=alias), using=alias)
+        assert jd.client(alias).await_chain(made.id, timeout=WAIT).status is JobStatus.COMPLETED
+        process.send_signal(signal.SIGTERM)
+        assert process.wait(WAIT) == 0  # the providers flush their spans and metrics at exit
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.wait(WAIT)
+        out.seek(0)
+        err.seek(0)
+        stdout, stderr = out.read(), err.read()
+        out.close()
+        err.close()
+    assert '"name": "process djshop.make_receipt"' in stdout, stderr
+    assert made.id in stdout
+    assert '"name": "jobchain.jobs.completed"' in stdout, stdout[-2000:]
+    assert "tracing and metrics through OpenTelemetry" in stderr, stderr
+
+
+def test_jobchain_worker_otel_without_an_exporter_package_says_what_to_install() -> None:
+    env = worker_env("default", OTEL_TRACES_EXPORTER="no-such-exporter", OTEL_METRICS_EXPORTER="none")
+    result = subprocess.run(
+        [sys.executable, "-m", "django", "jobchain_worker", "--otel"],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=WAIT,
+        check=False,
+    )
+    assert result.returncode != 0
+    assert "--otel" in result.stderr
+    assert "no-such-exporter" in result.stderr, result.stderr

@@ -13,13 +13,16 @@ from __future__ import annotations
 import asyncio
 import logging
 import signal
-from collections.abc import Callable, Mapping
-from typing import Any, TypeVar
+from collections.abc import Callable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from jobchain.contrib.django._django import ImproperlyConfigured, close_old_connections
 from jobchain.contrib.django.conf import JobchainSettings
 from jobchain.contrib.django.databases import state_url_for
 from jobchain.errors import InvalidArgumentError
+
+if TYPE_CHECKING:
+    from jobchain.contracts.observe import Observer
 
 T = TypeVar("T")
 log = logging.getLogger("jobchain.worker")
@@ -40,12 +43,15 @@ async def run_worker(
     overrides: Mapping[str, Any] | None = None,
     migrate: bool = False,
     stop: asyncio.Event | None = None,
+    observers: Sequence[Observer] = (),
 ) -> None:
     """Run the configured worker until ``stop`` is set, SIGINT/SIGTERM, or its own fatal error.
 
     ``overrides`` win over ``JOBCHAIN['WORKER']`` (the command's options). ``migrate`` applies
-    jobchain's migrations first (what ``manage.py jobchain_migrate`` does).
+    jobchain's migrations first (what ``manage.py jobchain_migrate`` does). ``observers`` are
+    added to the worker's client (``--otel``'s), their queue gauges sampled as the CLI does.
     """
+    from jobchain.cli.worker import attach_observers
     from jobchain.client import connect
     from jobchain.worker import Worker
 
@@ -69,7 +75,10 @@ async def run_worker(
                 worker = Worker(client, slices, sync_handler_wrapper=close_connections_around, **options)
             except (InvalidArgumentError, TypeError) as exc:
                 raise ImproperlyConfigured(f"JOBCHAIN['WORKER']: {exc}") from exc
+            sampler = attach_observers(worker, None, observers, "cluster")
             await worker.start()
+            if sampler is not None:
+                sampler.start()
             log.info("worker %s processing %s", worker.worker_id, ", ".join(worker.type_names))
             stopped = asyncio.ensure_future(stop.wait())
             ended = asyncio.ensure_future(worker.wait())
@@ -79,6 +88,8 @@ async def run_worker(
                 stopped.cancel()
                 if not ended.done():
                     log.info("stopping worker %s", worker.worker_id)
+                if sampler is not None:
+                    await sampler.stop()
                 await worker.stop()
                 ended.cancel()
                 await asyncio.gather(stopped, ended, return_exceptions=True)

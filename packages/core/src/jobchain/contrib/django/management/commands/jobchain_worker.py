@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import logging
+import os
 from typing import Any
 
 from jobchain.contrib.django._django import BaseCommand, CommandError
@@ -32,9 +33,17 @@ class Command(BaseCommand):
             choices=("auto", "asyncio", "uvloop"),
             help="Event loop: auto takes uvloop when installed.",
         )
+        parser.add_argument(
+            "--otel",
+            action="store_true",
+            help=(
+                "Traces and metrics through the OpenTelemetry SDK, configured from the OTEL_* "
+                "variables (also JOBCHAIN_OTEL=1; pip install 'jobchain[otel]' opentelemetry-sdk)."
+            ),
+        )
 
     def handle(self, *args: Any, **options: Any) -> None:
-        from jobchain.cli.worker import run_on_loop
+        from jobchain.cli.worker import OTEL_ENV, run_on_loop
         from jobchain.contrib.django.chains import settings
         from jobchain.contrib.django.worker import run_worker
 
@@ -42,9 +51,14 @@ class Command(BaseCommand):
             logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
         config = settings()
         overrides = {key: options[key] for key in ("concurrency", "name") if options.get(key) is not None}
+        otel = options["otel"] or os.environ.get(OTEL_ENV, "").strip().lower() in ("1", "true", "yes", "on")
+        providers = _start_otel() if otel else None
+        observers = () if providers is None else providers.observers
         try:
+            migrate = options["migrate"]
             run_on_loop(
-                lambda: run_worker(config, overrides=overrides, migrate=options["migrate"]), options["loop"]
+                lambda: run_worker(config, overrides=overrides, migrate=migrate, observers=observers),
+                options["loop"],
             )
         except SchemaNotMigratedError as exc:
             raise CommandError(
@@ -52,3 +66,24 @@ class Command(BaseCommand):
             ) from exc
         except JobchainError as exc:
             raise CommandError(" ".join(str(exc).split())) from exc
+        finally:
+            if providers is not None:
+                providers.shutdown()
+
+
+def _start_otel() -> Any:
+    """``--otel``: jobchain's OpenTelemetry observers on the SDK; a missing package is a CommandError."""
+    from jobchain.cli.worker import OTEL_INSTALL
+
+    try:
+        from jobchain.telemetry import sdk_setup
+        from jobchain.telemetry._extras import MissingExtraError
+    except ImportError:
+        raise CommandError(f"--otel needs the OpenTelemetry API and SDK: {OTEL_INSTALL}") from None
+    try:
+        providers = sdk_setup.configure()
+    except MissingExtraError as exc:
+        raise CommandError(f"--otel {exc}") from None
+    log = logging.getLogger("jobchain.worker")
+    log.info("tracing and metrics through OpenTelemetry: %s", providers.description)
+    return providers
