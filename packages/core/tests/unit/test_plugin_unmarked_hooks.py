@@ -53,8 +53,13 @@ def _observers() -> Sequence[Observer]:
 
 def _unmarked_plugin(name: str) -> types.ModuleType:
     module = types.ModuleType(name)
-    # A hook-named function without @hookimpl: pluggy skips it.
-    module.jobchain_observers = _observers  # type: ignore[attr-defined]  # a plain module attribute
+
+    def jobchain_observers() -> Sequence[Observer]:
+        return [SENTINEL]
+
+    # A hook-named function without @hookimpl: pluggy skips it. A fresh function each time:
+    # hookimpl() marks the function object itself, and another test marks _observers.
+    module.jobchain_observers = jobchain_observers  # type: ignore[attr-defined]  # a plain module attribute
     module.helper = lambda: None  # type: ignore[attr-defined]  # not a hook name: no warning
     return module
 
@@ -94,3 +99,26 @@ def test_marked_hook_is_no_warning(install_module: Install, caplog: pytest.LogCa
 
 def test_built_in_plugins_have_no_unmarked_hooks() -> None:
     assert load_plugins().unmarked_hooks == ()
+
+
+def test_jobchain_backends_names_the_unmarked_hook(install_module: Install) -> None:
+    from click.testing import CliRunner
+
+    from jobchain.cli import main
+    from jobchain.plugins.manager import reset_plugin_manager
+    from jobchain.plugins.registry import reset_registry
+
+    install_module("unmarked", _unmarked_plugin("jobchain_unmarked_plugin"))
+    reset_plugin_manager()
+    reset_registry()
+    try:
+        result = CliRunner().invoke(main, ["backends"])
+    finally:
+        reset_plugin_manager()
+        reset_registry()
+    assert result.exit_code == 0, result.output
+    assert "memory://" in result.stdout
+    assert (
+        "plugin 'unmarked' (jobchain_unmarked_plugin) from jobchain-unmarked: jobchain_observers has "
+        "no @jobchain.plugins.hookimpl, so it never runs" in result.stderr
+    ), result.stderr

@@ -7,6 +7,7 @@ from importlib.metadata import PackageNotFoundError, version
 import click
 
 from jobchain.errors import JobchainError
+from jobchain.plugins.manager import get_loaded_plugins
 from jobchain.plugins.registry import RegisteredBackend, get_registry
 
 
@@ -48,5 +49,11 @@ def backends_command() -> None:
         click.echo(
             f"broken plugin {failure.name!r} ({failure.module}) from {failure.distribution or 'unknown'}: "
             f"{failure.error}",
+            err=True,
+        )
+    for hook in get_loaded_plugins().unmarked_hooks:
+        click.echo(
+            f"plugin {hook.plugin!r} ({hook.module}) from {hook.distribution or 'unknown'}: "
+            f"{hook.function} has no @jobchain.plugins.hookimpl, so it never runs",
             err=True,
         )
