@@ -184,10 +184,7 @@ def _cascade(ctx: Ctx, named: list[str], include_shared: bool) -> CancelCascade:
         for job in view.dependents(blocker_id)
         if _open(ctx, job.chain_id)
     ]
-    order = {}
-    for chain_id in closure:
-        root = view.chain_jobs(chain_id)[0]
-        order[chain_id] = created_key(root)
+    order = {chain_id: created_key(view.chain_jobs(chain_id)[0]) for chain_id in closure}
     return cancel_cascade(named, edges, order, include_shared=include_shared)
 
 

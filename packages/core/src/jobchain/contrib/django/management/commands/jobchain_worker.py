@@ -72,18 +72,12 @@ class Command(BaseCommand):
 
 
 def _start_otel() -> Any:
-    """``--otel``: jobchain's OpenTelemetry observers on the SDK; a missing package is a CommandError."""
-    from jobchain.cli.worker import OTEL_INSTALL
+    """``--otel``: what ``jobchain worker --otel`` starts; its usage error is a CommandError here."""
+    import click
+
+    from jobchain.cli.worker import start_otel
 
     try:
-        from jobchain.telemetry import sdk_setup
-        from jobchain.telemetry._extras import MissingExtraError
-    except ImportError:
-        raise CommandError(f"--otel needs the OpenTelemetry API and SDK: {OTEL_INSTALL}") from None
-    try:
-        providers = sdk_setup.configure()
-    except MissingExtraError as exc:
-        raise CommandError(f"--otel {exc}") from None
-    log = logging.getLogger("jobchain.worker")
-    log.info("tracing and metrics through OpenTelemetry: %s", providers.description)
-    return providers
+        return start_otel(logging.getLogger("jobchain.worker"))
+    except click.UsageError as exc:
+        raise CommandError(exc.message) from None
