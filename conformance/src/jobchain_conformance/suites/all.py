@@ -65,6 +65,7 @@ from jobchain_conformance.suites.state_concurrent_dedup import ConcurrentDedupli
 from jobchain_conformance.suites.state_concurrent_unblock import ConcurrentUnblockTests
 from jobchain_conformance.suites.state_create import JobsCreateDeduplicationTests, JobsCreateTests
 from jobchain_conformance.suites.state_delete import ChainsDeleteTests
+from jobchain_conformance.suites.state_end_hooks import EndHooksTests
 from jobchain_conformance.suites.state_isolation import ConcurrencyTests, ReadIsolationTests
 from jobchain_conformance.suites.state_leases import JobCompleteTests, JobRenewLeaseTests, JobRescheduleTests
 from jobchain_conformance.suites.state_lifecycle import LifecycleStateTests
@@ -145,6 +146,7 @@ class StateAdapterSuite(
     JobsTriggerTests,
     ChainsDeleteTests,
     LifecycleStateTests,
+    EndHooksTests,
     QueueStatsTests,
     SchedulingStateTests,
     ResultOrderTests,

@@ -2,6 +2,7 @@
 
 from jobchain.client import ChainsCancelReport, ChainsRetried, ChainStart, ChainStarted, Client, connect
 from jobchain.completion import Completion, ContinuationSpec, JobFinished
+from jobchain.end_hooks import JobEnded
 from jobchain.entities import (
     PRIORITY_AGING,
     PRIORITY_MAX,
@@ -44,6 +45,7 @@ __all__ = [
     "Job",
     "JobFinished",
     "JobStatus",
+    "JobEnded",
     "JobType",
     "JobTypes",
     "PRIORITY_AGING",

@@ -43,6 +43,7 @@ import msgspec
 import msgspec.inspect
 from typing_extensions import TypeVar
 
+from jobchain.end_hooks import hook_name
 from jobchain.entities import JsonValue, RateLimit, TypeLimits, validate_priority
 from jobchain.errors import (
     DuplicateJobTypeError,
@@ -197,6 +198,9 @@ class JobType(Generic[I, O, N, E]):
     failed or were cancelled (it then reads their statuses), instead of failing with them.
     ``priority`` is the default claim priority of its jobs (a start may override it);
     ``limits`` the fleet-wide ``max_running`` / ``rate_limit`` every worker's claim enforces.
+    ``on_failed`` / ``on_cancelled`` name the hook types started when a job of this type fails
+    or is cancelled, ``on_chain_failed`` / ``on_chain_cancelled`` those started when a chain of
+    this (entry) type ends so (:mod:`jobchain.end_hooks`).
     """
 
     name: str
@@ -214,6 +218,10 @@ class JobType(Generic[I, O, N, E]):
     runs_after_failed_blockers: bool = False
     priority: int = 0
     limits: TypeLimits | None = None
+    on_failed: str | None = None
+    on_cancelled: str | None = None
+    on_chain_failed: str | None = None
+    on_chain_cancelled: str | None = None
 
     def encode_input(self, value: I) -> JsonValue:
         """Validate ``value`` against the input type and return it as plain JSON."""
@@ -299,6 +307,10 @@ class JobTypes:
         priority: int = ...,
         max_running: int | None = ...,
         rate_limit: RateLimit | None = ...,
+        on_failed: JobType[Any, Any] | str | None = ...,
+        on_cancelled: JobType[Any, Any] | str | None = ...,
+        on_chain_failed: JobType[Any, Any] | str | None = ...,
+        on_chain_cancelled: JobType[Any, Any] | str | None = ...,
     ) -> JobType[_In, _Out, _Next, _Entry]: ...
 
     @overload
@@ -321,6 +333,10 @@ class JobTypes:
         priority: int = ...,
         max_running: int | None = ...,
         rate_limit: RateLimit | None = ...,
+        on_failed: JobType[Any, Any] | str | None = ...,
+        on_cancelled: JobType[Any, Any] | str | None = ...,
+        on_chain_failed: JobType[Any, Any] | str | None = ...,
+        on_chain_cancelled: JobType[Any, Any] | str | None = ...,
     ) -> JobType[_In, _Out, AnyContinuation, _Entry]: ...
 
     def define(
@@ -342,8 +358,17 @@ class JobTypes:
         priority: int = 0,
         max_running: int | None = None,
         rate_limit: RateLimit | None = None,
+        on_failed: JobType[Any, Any] | str | None = None,
+        on_cancelled: JobType[Any, Any] | str | None = None,
+        on_chain_failed: JobType[Any, Any] | str | None = None,
+        on_chain_cancelled: JobType[Any, Any] | str | None = None,
     ) -> JobType[Any, Any]:
-        """Declare a job type in this slice and return it (a duplicate name is an error)."""
+        """Declare a job type in this slice and return it (a duplicate name is an error).
+
+        ``on_failed=`` / ``on_cancelled=`` (and ``on_chain_failed=`` / ``on_chain_cancelled=``
+        on an entry type) take a hook type defined with ``input=JobEnded`` (or its name): the
+        backend starts a job of it in the transaction that fails or cancels the job (chain).
+        """
         validate_type_name(name)
         if name in self._types:
             raise DuplicateJobTypeError([name])
@@ -369,6 +394,17 @@ class JobTypes:
         max_attempts = validate_max_attempts(max_attempts, f"{name}: max_attempts")
         checked_timeout = validate_timeout(timeout, f"{name}: timeout")
         checked_fail_on = validate_fail_on(fail_on, f"{name}: fail_on")
+        hooks = {
+            "on_failed": hook_name("on_failed", name, on_failed),
+            "on_cancelled": hook_name("on_cancelled", name, on_cancelled),
+            "on_chain_failed": hook_name("on_chain_failed", name, on_chain_failed),
+            "on_chain_cancelled": hook_name("on_chain_cancelled", name, on_chain_cancelled),
+        }
+        if not entry and (hooks["on_chain_failed"] or hooks["on_chain_cancelled"]):
+            raise InvalidArgumentError(
+                f"{name}: on_chain_failed/on_chain_cancelled need entry=True (a chain's type is the "
+                "type of its first job, which must be an entry type); use on_failed/on_cancelled"
+            )
         job_type: JobType[Any, Any] = JobType(
             name=name,
             input_type=_declared(input, name, "input"),
@@ -385,6 +421,7 @@ class JobTypes:
             runs_after_failed_blockers=runs_after_failed_blockers,
             priority=priority,
             limits=limits if (max_running is not None or rate_limit is not None) else None,
+            **hooks,
         )
         self._types[name] = job_type
         return job_type

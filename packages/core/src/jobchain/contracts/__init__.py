@@ -18,6 +18,7 @@ from jobchain.contracts.claims import (
 )
 from jobchain.contracts.creation import JobCreated, JobsCreate, NewJob
 from jobchain.contracts.deletion import ChainsDelete, ChainsDeleted, ChainsPrune, ChainsPruned, PrunedChain
+from jobchain.contracts.end_hooks import EndHooksRegister, TypeEndHooks
 from jobchain.contracts.lifecycle import (
     ChainsCancel,
     ChainsCancelled,
@@ -136,6 +137,9 @@ __all__ = [
     "ScheduleRegistration",
     "SchedulesRegister",
     "SchedulesList",
+    # failure and cancel hooks
+    "EndHooksRegister",
+    "TypeEndHooks",
     # revoked dashboard sessions (optional)
     "RevokesSessions",
     "SessionsRevoke",

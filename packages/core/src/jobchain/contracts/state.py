@@ -21,7 +21,9 @@ from here and from ``jobchain.contracts`` as well:
 * :mod:`jobchain.contracts.listings` — ``chains_list``, ``jobs_list``, ``chain_jobs_list``,
   ``blocked_jobs_list``;
 * :mod:`jobchain.contracts.scheduling` — ``job_wait``, ``types_pause``,
-  ``paused_types_list``, ``schedules_register``, ``schedules_list``; the claim rules.
+  ``paused_types_list``, ``schedules_register``, ``schedules_list``; the claim rules;
+* :mod:`jobchain.contracts.end_hooks` — ``end_hooks_register``; the jobs a failure or a
+  cancellation starts.
 """
 
 from __future__ import annotations
@@ -45,6 +47,7 @@ from jobchain.contracts.claims import (
 )
 from jobchain.contracts.creation import JobCreated, JobsCreate, NewJob
 from jobchain.contracts.deletion import ChainsDelete, ChainsDeleted, ChainsPrune, ChainsPruned, PrunedChain
+from jobchain.contracts.end_hooks import EndHooksRegister, TypeEndHooks
 from jobchain.contracts.lifecycle import (
     ChainsCancel,
     ChainsCancelled,
@@ -126,6 +129,7 @@ __all__ = [
     "ChainGet",
     "ChainJobsList",
     "ChainsCancel",
+    "EndHooksRegister",
     "ChainsCancelled",
     "ChainsDelete",
     "ChainsDeleted",
@@ -160,6 +164,7 @@ __all__ = [
     "QueueStatsGet",
     "SchedulesList",
     "SchedulesRegister",
+    "TypeEndHooks",
     "TypesPause",
     "WorkerHeartbeat",
     "WorkerHeartbeatResult",
@@ -250,6 +255,8 @@ class StateTx(Protocol):
     async def paused_types_list(self, params: PausedTypesList) -> list[PausedType]: ...
     async def schedules_register(self, params: SchedulesRegister) -> list[ScheduleRecord]: ...
     async def schedules_list(self, params: SchedulesList) -> list[ScheduleRecord]: ...
+    # failure and cancel hooks (contracts.end_hooks)
+    async def end_hooks_register(self, params: EndHooksRegister) -> None: ...
 
 
 @runtime_checkable

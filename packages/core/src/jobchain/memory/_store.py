@@ -23,6 +23,7 @@ from collections.abc import Iterable
 from datetime import datetime
 from typing import Any, TypeVar
 
+from jobchain.contracts.end_hooks import TypeEndHooks
 from jobchain.entities import Job, ScheduleRecord, WorkerInfo
 from jobchain.memory._indexkeys import (
     LeaseKey,
@@ -124,6 +125,7 @@ class Store:
         self.ordering: KeyedTable[str] = KeyedTable()  # ordering key -> the chain created last with it
         self.controls: KeyedTable[TypeControl] = KeyedTable()  # type name -> pause and rate window
         self.schedules: KeyedTable[ScheduleRecord] = KeyedTable()  # schedule name -> record
+        self.end_hooks: KeyedTable[TypeEndHooks] = KeyedTable()  # type name -> its hooks
         self.sessions: KeyedTable[datetime] = KeyedTable()  # session_key -> revoked until
         self.created: SortedKeys[CreatedKey] = SortedKeys()
         self.roots: SortedKeys[CreatedKey] = SortedKeys()

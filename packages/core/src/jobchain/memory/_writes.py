@@ -39,6 +39,7 @@ from jobchain.errors import (
     JobTakenByAnotherWorkerError,
 )
 from jobchain.memory import _ordering
+from jobchain.memory._end_hooks import started_by
 from jobchain.memory._history import ended_badly, failed_by_blocker, resolved, with_error
 from jobchain.memory._store import NO_FLAGS, Blocked, Store, TxState, created_key, unique
 from jobchain.memory._views import View
@@ -63,7 +64,11 @@ class Ctx:
         any_end: frozenset[str] = NO_FLAGS,
         through_holds: bool = False,
     ) -> Job:
+        """Write ``job`` (locking it first), then start the hooks its failure or cancel calls for."""
+        before = self.store.row(job.id)
         self.store.put(self.tx, job.id, job, blockers, any_end=any_end, through_holds=through_holds)
+        for hook_job in started_by(self.store, self.tx, None if before is None else before[0], job):
+            self.store.put(self.tx, hook_job.id, hook_job)
         return job
 
     def locked_elsewhere(self, job_id: str) -> bool:

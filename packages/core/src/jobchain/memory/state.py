@@ -17,6 +17,7 @@ from types import TracebackType
 from typing import TypeVar
 
 from jobchain.contracts.capabilities import Capability
+from jobchain.contracts.end_hooks import EndHooksRegister
 from jobchain.contracts.lifecycle import cancel_dry_run
 from jobchain.contracts.scheduling import (
     JobWait,
@@ -68,6 +69,7 @@ from jobchain.errors import AdapterClosedError, InvalidArgumentError, TransientS
 from jobchain.memory import (
     _claims,
     _deletion,
+    _end_hooks,
     _lifecycle,
     _reads,
     _scheduling,
@@ -381,6 +383,11 @@ class MemoryStateTx:
     async def schedules_list(self, params: SchedulesList) -> list[ScheduleRecord]:
         self._check(write=False)
         return _scheduling.schedules_list(self._store, self._state)
+
+    # ------------------------------------------------------------ failure and cancel hooks
+
+    async def end_hooks_register(self, params: EndHooksRegister) -> None:
+        await self._write(lambda ctx, _: _end_hooks.end_hooks_register(ctx.store, ctx.tx, params), None)
 
     # ------------------------------------------------------------ revoked sessions (RevokesSessions)
 
