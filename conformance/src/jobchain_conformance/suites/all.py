@@ -14,6 +14,7 @@ from jobchain_conformance.suites.integration_batches import BatchProcessingTests
 from jobchain_conformance.suites.integration_blockers import BlockerTests
 from jobchain_conformance.suites.integration_concurrency import WorkerConcurrencyTests
 from jobchain_conformance.suites.integration_deletion import DeletionTests, WorkerlessCompletionTests
+from jobchain_conformance.suites.integration_end_hooks import EndHookIntegrationTests
 from jobchain_conformance.suites.integration_hostile_text import HostileTextTests
 from jobchain_conformance.suites.integration_leases import LeaseTests
 from jobchain_conformance.suites.integration_lifecycle import LifecycleIntegrationTests
@@ -236,6 +237,7 @@ class IntegrationSuite(
     RetryTests,
     HandlerErrorTests,
     HostileTextTests,
+    EndHookIntegrationTests,
     NumberTypeTests,
     ProcessingModeTests,
     ErrorPositionTests,

@@ -38,6 +38,7 @@ from jobchain.contracts.state import (
     RunsOperationsAlone,
     StateAdapter,
 )
+from jobchain.end_hooks import EndHookWakes
 from jobchain.entities import (
     Chain,
     Deduplication,
@@ -135,6 +136,7 @@ class Client(ClientLifecycle, ClientControls):
         self._attempt_observers: tuple[ObservesAttempts, ...] = ()
         self._creation_observers: tuple[ObservesJobCreation, ...] = ()
         self._records_events = False
+        self._end_hook_wakes = EndHookWakes(job_types)
 
     @property
     def attempt_observers(self) -> tuple[ObservesAttempts, ...]:
@@ -190,7 +192,9 @@ class Client(ClientLifecycle, ClientControls):
         self._check_open()
         if autocommit and connection is not None:
             raise InvalidArgumentError("autocommit cannot join your connection; your commit decides there")
-        hooks = TransactionHooks(record_events=self.records_transaction_events)
+        hooks = TransactionHooks(
+            record_events=self.records_transaction_events, end_hooks=self._end_hook_wakes
+        )
         tx: Transaction | None = None
         state = self.state
         opened = (

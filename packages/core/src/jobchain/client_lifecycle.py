@@ -268,6 +268,7 @@ class ClientLifecycle(ClientQueries):
         running = set(result.running_job_ids)
         for job in (*result.cancelled, *result.cascaded):
             hooks.chain_completed(job.chain_id)  # the channel means "chain finished"
+            hooks.job_ended(job)
             if hooks.records_events:
                 attrs = job_attrs(job)
                 hooks.event("job_cancelled", **attrs, reason=reason, was_running=job.id in running)

@@ -404,6 +404,7 @@ def buffer_propagation(
     events = hooks.records_events
     for job in failed_jobs:
         hooks.chain_completed(job.chain_id)
+        hooks.job_ended(job)
         if events:
             hooks.event(
                 "job_failed",
@@ -430,6 +431,7 @@ def buffer_failed(hooks: TransactionHooks, failed: JobFailed, *, worker_id: str 
     if worker_id is None and failed.was_running:
         hooks.ownership_lost(job.id)
     hooks.chain_completed(job.chain_id)
+    hooks.job_ended(job)
     if hooks.records_events:
         hooks.event(
             "job_failed",

@@ -23,6 +23,7 @@ from jobchain.contracts.end_hooks import TypeEndHooks
 from jobchain.errors import InvalidArgumentError
 
 if TYPE_CHECKING:
+    from jobchain.entities import Job
     from jobchain.job_types import JobType, JobTypes
 
 HOOK_FIELDS = ("on_failed", "on_cancelled", "on_chain_failed", "on_chain_cancelled")
@@ -97,6 +98,33 @@ def end_hook_rows(job_types: JobTypes, names: Iterable[str] | None = None) -> li
     return rows
 
 
+class EndHookWakes:
+    """Which hook types a job's failure or cancellation started, as this process's registry says.
+
+    The backend starts the hook jobs; this only lets the process that failed or cancelled the
+    job wake the workers of those types after commit (a type the registry lacks, as in a CLI
+    run without your code, is found by the workers' next poll instead).
+    """
+
+    __slots__ = ("_job_types",)
+
+    def __init__(self, job_types: JobTypes) -> None:
+        self._job_types = job_types
+
+    def started_by(self, job: Job) -> list[str]:
+        """The hook type names ``job`` (just failed or cancelled) started."""
+        status = job.status.value
+        if status not in ("failed", "cancelled"):
+            return []
+        names: list[str] = []
+        for owner, field in ((job.type_name, f"on_{status}"), (job.chain_type_name, f"on_chain_{status}")):
+            if owner in self._job_types:
+                hook: str | None = getattr(self._job_types.get(owner), field)
+                if hook is not None:
+                    names.append(hook)
+        return names
+
+
 def has_end_hooks(job_types: Iterable[JobType[Any, Any]]) -> bool:
     """Whether any of ``job_types`` declares a hook."""
     return any(getattr(t, field) is not None for t in job_types for field in HOOK_FIELDS)
@@ -110,4 +138,4 @@ def _check_input(field: str, owner: str, hook: JobType[Any, Any]) -> None:
         )
 
 
-__all__ = ["HOOK_FIELDS", "JobEnded", "end_hook_rows", "has_end_hooks", "hook_name"]
+__all__ = ["HOOK_FIELDS", "EndHookWakes", "JobEnded", "end_hook_rows", "has_end_hooks", "hook_name"]

@@ -14,12 +14,16 @@ import logging
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
-from typing import Any, Generic, TypeVar
+from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
 from jobchain.contracts.notify import NotifyAdapter, PublishesChainsInBulk
 from jobchain.contracts.observe import Event, Observer
 from jobchain.contracts.state import StateTx
 from jobchain.errors import HookNotRegisteredError, TransactionRequiredError
+
+if TYPE_CHECKING:
+    from jobchain.end_hooks import EndHookWakes
+    from jobchain.entities import Job
 
 logger = logging.getLogger("jobchain.transactions")
 
@@ -61,8 +65,9 @@ class TransactionHooks:
     (:meth:`set`/:meth:`get`/...) carry anything else.
     """
 
-    def __init__(self, *, record_events: bool = True) -> None:
+    def __init__(self, *, record_events: bool = True, end_hooks: EndHookWakes | None = None) -> None:
         self.records_events = record_events
+        self._end_hooks = end_hooks
         """False when nobody observes: :meth:`event` then drops events without building them."""
         self._scheduled: dict[str, int] = {}  # a plain dict: a Counter costs more to create
         self._chains_completed: dict[str, None] = {}
@@ -79,6 +84,12 @@ class TransactionHooks:
         self._check_open()
         if count > 0:
             self._scheduled[type_name] = self._scheduled.get(type_name, 0) + count
+
+    def job_ended(self, job: Job) -> None:
+        """Buffer wake-ups for the hook jobs ``job``'s failure or cancellation started."""
+        if self._end_hooks is not None:
+            for hook_type in self._end_hooks.started_by(job):
+                self.job_scheduled(hook_type)
 
     def chain_completed(self, chain_id: str) -> None:
         """Buffer a chain-completed notification."""

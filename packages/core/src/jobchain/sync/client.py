@@ -24,6 +24,7 @@ from jobchain.client_queries import Clock
 from jobchain.contracts.notify import NotifyAdapter
 from jobchain.contracts.observe import Observer
 from jobchain.contracts.state import StateAdapter
+from jobchain.end_hooks import EndHookWakes
 from jobchain.entities import Chain, Deduplication, Schedule
 from jobchain.integrations.sqlalchemy_commits import CommitFinished, observe_sqlalchemy_sync_commit
 from jobchain.job_types import JobType, JobTypes
@@ -111,7 +112,9 @@ class SyncClient(SyncReads):
         """
         self._enter("transaction")
         client = self._client
-        hooks = TransactionHooks(record_events=client.records_transaction_events)
+        hooks = TransactionHooks(
+            record_events=client.records_transaction_events, end_hooks=EndHookWakes(client.job_types)
+        )
         tx: Transaction | None = None
         try:
             with driven(client.state.transaction(connection=connection)) as state_tx:

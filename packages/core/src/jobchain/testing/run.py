@@ -176,6 +176,8 @@ class _TestWorker(Worker):
 
     async def run_until_idle(self, max_jobs: int) -> list[JobRun]:
         ran: list[JobRun] = []
+        if self._end_hooks is not None:  # as a worker's loop does before its first claim
+            await self._register_end_hooks(self._end_hooks)
         while True:
             now = self._now()
             if self.scheduler is not None:

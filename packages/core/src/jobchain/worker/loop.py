@@ -23,7 +23,14 @@ from contextlib import AbstractAsyncContextManager
 from datetime import timedelta
 from typing import TYPE_CHECKING
 
-from jobchain.contracts import RunsOperationsAlone, StateTx, WorkerHeartbeatResult
+from jobchain.contracts import (
+    EndHooksRegister,
+    RunsOperationsAlone,
+    StateTx,
+    TypeEndHooks,
+    WorkerHeartbeatResult,
+)
+from jobchain.end_hooks import end_hook_rows
 from jobchain.entities import PRIORITY_AGING, Job, WorkerState
 from jobchain.errors import InvalidArgumentError, SchemaNotMigratedError, UnknownJobTypeError
 from jobchain.job_types import UNSET, MaxAttempts, validate_max_attempts, validate_timeout
@@ -163,6 +170,9 @@ class Worker(WorkerEvents):
                 raise UnknownJobTypeError(type_name, registered)
         for schedule in schedules.values():
             client.job_types.resolve(schedule.job_type)  # the client's own registry's type
+        # Checked here, registered by the loop before its first claim (a database that is away
+        # must not fail the constructor); every type gets its row, so removed hooks go too.
+        self._end_hooks: list[TypeEndHooks] | None = end_hook_rows(client.job_types)
         self.client = client
         self.name = name
         self.worker_id = make_worker_id(name)
@@ -386,6 +396,12 @@ class Worker(WorkerEvents):
         return self._scheduler
 
     @property
+    def end_hooks_registered(self) -> bool:
+        """Whether the worker has registered its registry's failure and cancel hooks (its loop
+        does before its first claim; until some worker has, a failure starts no hook job)."""
+        return self._end_hooks is None
+
+    @property
     def inflight_job_ids(self) -> list[str]:
         """Jobs whose attempts run now: handlers running, attempts waiting for their commit, and
         attempts still finishing (a job they lost, or whose outcome committed, included)."""
@@ -407,6 +423,8 @@ class Worker(WorkerEvents):
                 if self._fatal is not None:
                     raise self._fatal
                 await self._wakeups.ensure_listening()
+                if self._end_hooks is not None:
+                    await self._register_end_hooks(self._end_hooks)
                 await self._cycle()
                 self._loop_streak.succeeded()
                 self._backoff_step = 0
@@ -438,6 +456,11 @@ class Worker(WorkerEvents):
                     continue
             await self._wait()
             return
+
+    async def _register_end_hooks(self, rows: list[TypeEndHooks]) -> None:
+        async with self._operation() as tx:
+            await tx.end_hooks_register(EndHooksRegister(types=rows, now=now_of(self.client)))
+        self._end_hooks = None
 
     async def _claim(self, limit: int) -> tuple[list[Job], bool]:
         return await self._claims.claim(limit, lambda: self._stopping)

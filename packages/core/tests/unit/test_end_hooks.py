@@ -1,0 +1,119 @@
+"""Declaring failure and cancel hooks: what define() and the worker refuse, and the wake-ups a
+failing or cancelling transaction buffers for the hook types."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from datetime import UTC, datetime
+
+import pytest
+
+from jobchain import InvalidArgumentError, JobEnded, JobStatus, JobTypes
+from jobchain.contracts import TypeEndHooks
+from jobchain.end_hooks import EndHookWakes, end_hook_rows
+from jobchain.entities import Job
+from jobchain.testing import memory_client
+from jobchain.transactions import TransactionHooks
+from jobchain.worker import Attempt, Completed, Processors, Worker
+
+NOW = datetime(2026, 1, 1, tzinfo=UTC)
+
+
+@dataclass
+class Order:
+    id: int
+
+
+def _job(type_name: str, status: JobStatus, chain_type_name: str | None = None) -> Job:
+    return Job(
+        id="j",
+        chain_id="c",
+        type_name=type_name,
+        chain_type_name=chain_type_name or type_name,
+        chain_index=0,
+        status=status,
+        input=None,
+        created_at=NOW,
+        scheduled_at=NOW,
+    )
+
+
+def test_a_hook_must_take_job_ended_as_its_input() -> None:
+    types = JobTypes()
+    wrong = types.define("wrong", input=Order, output=None)
+    refusal = r"order: on_failed hook 'wrong' must take jobchain\.JobEnded"
+    with pytest.raises(InvalidArgumentError, match=refusal):
+        types.define("order", input=Order, output=None, on_failed=wrong)
+    assert "order" not in types
+
+
+def test_a_chain_hook_needs_an_entry_type() -> None:
+    types = JobTypes()
+    hook = types.define("hook", input=JobEnded, output=None)
+    with pytest.raises(InvalidArgumentError, match="on_chain_failed/on_chain_cancelled need entry=True"):
+        types.define("step", input=Order, output=None, on_chain_failed=hook)
+    types.define("order", input=Order, output=None, entry=True, on_chain_cancelled=hook)
+
+
+@pytest.mark.parametrize("value", [3, object(), ["hook"]])
+def test_a_hook_is_a_job_type_or_its_name(value: object) -> None:
+    with pytest.raises(InvalidArgumentError, match="on_cancelled must be a job type"):
+        JobTypes().define("order", input=Order, output=None, on_cancelled=value)  # type: ignore[call-overload]
+
+
+def test_the_rows_give_every_type_its_hooks_and_priority() -> None:
+    types = JobTypes()
+    hook = types.define("hook", input=JobEnded, output=None, priority=5)
+    types.define("order", input=Order, output=None, entry=True, on_failed=hook, on_chain_cancelled="hook")
+    assert end_hook_rows(types) == [
+        TypeEndHooks(type_name="hook", priority=5),
+        TypeEndHooks(type_name="order", on_failed="hook", on_chain_cancelled="hook"),
+    ]
+
+
+def test_a_hook_named_but_not_defined_fails_the_worker_at_construction() -> None:
+    types = JobTypes()
+    order = types.define("order", input=Order, output=None, entry=True, on_failed="order.failed")
+    processors = Processors()
+
+    @processors.handler(order)
+    async def handle(attempt: Attempt[Order, None]) -> Completed:
+        return await attempt.complete(None)
+
+    with pytest.raises(InvalidArgumentError, match=r"order: on_failed names job type 'order.failed'"):
+        Worker(memory_client(types), processors)
+
+
+def test_a_hook_named_with_the_wrong_input_fails_the_worker_at_construction() -> None:
+    types = JobTypes()
+    types.define("order.failed", input=Order, output=None)
+    order = types.define("order", input=Order, output=None, entry=True, on_failed="order.failed")
+    processors = Processors()
+
+    @processors.handler(order)
+    async def handle(attempt: Attempt[Order, None]) -> Completed:
+        return await attempt.complete(None)
+
+    with pytest.raises(InvalidArgumentError, match=r"must take jobchain\.JobEnded"):
+        Worker(memory_client(types), processors)
+
+
+def test_an_ended_job_buffers_a_wake_up_for_each_hook_type_it_started() -> None:
+    types = JobTypes()
+    hook = types.define("hook", input=JobEnded, output=None)
+    chain_hook = types.define("chain.hook", input=JobEnded, output=None)
+    types.define("order", input=Order, output=None, entry=True, on_failed=hook, on_chain_failed=chain_hook)
+    types.define("ship", input=Order, output=None, on_cancelled=hook)
+    hooks = TransactionHooks(end_hooks=EndHookWakes(types))
+    hooks.job_ended(_job("order", JobStatus.FAILED))
+    hooks.job_ended(_job("ship", JobStatus.FAILED, chain_type_name="order"))  # only the chain's
+    hooks.job_ended(_job("ship", JobStatus.CANCELLED, chain_type_name="order"))  # only its own
+    hooks.job_ended(_job("order", JobStatus.COMPLETED))
+    hooks.job_ended(_job("unknown", JobStatus.FAILED))  # not in this registry: the poll finds it
+    assert hooks.scheduled == {"hook": 2, "chain.hook": 2}
+
+
+def test_without_a_registry_nothing_is_buffered() -> None:
+    hooks = TransactionHooks()
+    hooks.job_ended(replace(_job("order", JobStatus.FAILED)))
+    assert hooks.scheduled == {}
