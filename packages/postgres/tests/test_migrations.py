@@ -199,6 +199,13 @@ UNION ALL
 SELECT 'enum', t.typname, string_agg(e.enumlabel, ',' ORDER BY e.enumsortorder)
 FROM pg_type t JOIN pg_enum e ON e.enumtypid = t.oid JOIN pg_namespace n ON n.oid = t.typnamespace
 WHERE n.nspname = %(schema)s GROUP BY t.typname
+UNION ALL
+SELECT 'function', p.proname, pg_get_functiondef(p.oid)
+FROM pg_proc p JOIN pg_namespace n ON n.oid = p.pronamespace WHERE n.nspname = %(schema)s
+UNION ALL
+SELECT 'trigger', c.relname || '.' || t.tgname, pg_get_triggerdef(t.oid)
+FROM pg_trigger t JOIN pg_class c ON c.oid = t.tgrelid JOIN pg_namespace n ON n.oid = c.relnamespace
+WHERE n.nspname = %(schema)s AND NOT t.tgisinternal
 """
 
 
@@ -229,7 +236,8 @@ async def test_schema_sql_equals_every_migration_applied(
         connection.execute(schema_sql(second_schema, "jobchain_"))
     migrated, documented = catalog(postgres_url, schema_name), catalog(postgres_url, second_schema)
     assert migrated == documented
-    assert {kind for kind, _, _ in migrated} == {"column", "constraint", "index", "options", "enum"}
+    kinds = {"column", "constraint", "index", "options", "enum", "function", "trigger"}
+    assert {kind for kind, _, _ in migrated} == kinds
 
 
 # ---------------------------------------------------------------- query plans

@@ -1,5 +1,6 @@
 """The scheduling controls of PostgresStateTx kept in their own tables: pause and resume
-(``type_control``) and the registry of periodic schedules (``schedule``), one statement each."""
+(``type_control``), the registry of periodic schedules (``schedule``) and the failure and cancel
+hooks of each type (``type_hook``, read by the ``job_end_hooks`` trigger), one statement each."""
 
 from __future__ import annotations
 
@@ -7,8 +8,10 @@ from collections.abc import Mapping, Sequence
 from datetime import datetime
 from typing import Any
 
+from jobchain.contracts.end_hooks import EndHooksRegister
 from jobchain.contracts.scheduling import PausedTypesList, SchedulesList, SchedulesRegister, TypesPause
-from jobchain.entities import PausedType, ScheduleRecord
+from jobchain.end_hooks import HOOK_FIELDS
+from jobchain.entities import PausedType, ScheduleRecord, validate_priority
 from jobchain.errors import InvalidArgumentError
 from jobchain_postgres._results import check_now
 from jobchain_postgres.queries import Queries
@@ -53,6 +56,29 @@ def _schedules_document(params: SchedulesRegister) -> str:
             "last_chain_id": None if item.last_chain_id is None else job_uuid(item.last_chain_id),
         }
     return json_text([{"ord": position, **item} for position, item in enumerate(items.values())])
+
+
+def _end_hooks_document(params: EndHooksRegister) -> str:
+    """The hook rows as one JSON array (the last row of a type name wins)."""
+    items: dict[str, dict[str, Any]] = {}
+    for row in params.types:
+        if not isinstance(row.type_name, str) or not row.type_name:
+            raise InvalidArgumentError(
+                f"a hook row's type_name must be a non-empty string, got {row.type_name!r}"
+            )
+        item: dict[str, Any] = {
+            "type_name": row.type_name,
+            "priority": validate_priority(row.priority, f"{row.type_name}: priority"),
+        }
+        for field in HOOK_FIELDS:
+            hook = getattr(row, field)
+            if hook is not None and (not isinstance(hook, str) or not hook):
+                raise InvalidArgumentError(
+                    f"{row.type_name}: {field} must be a job type name or None, got {hook!r}"
+                )
+            item[field] = hook
+        items[row.type_name] = item
+    return json_text(list(items.values()))
 
 
 def _schedule(row: Row) -> ScheduleRecord:
@@ -139,3 +165,17 @@ class ControlsMixin:
         records = [_schedule(row) for row in rows]
         records.sort(key=lambda record: record.name)
         return records
+
+    async def end_hooks_register(self, params: EndHooksRegister) -> None:
+        """Upsert each type's failure and cancel hooks (``sql/end_hooks_register.sql``).
+
+        Guarantees (suite: EndHooksTests): one statement; a name given twice ends as its last;
+        a row without hooks replaces the type's hooks with none; types not given are untouched.
+        The hook jobs themselves are started by the ``job_end_hooks`` trigger (migration 0013).
+        """
+        document = _end_hooks_document(params)
+        now = check_now(params.now)
+        self._check(write=True)
+        if not params.types:
+            return
+        await self._rows(self._q.end_hooks_register, {"types": document, "now": now}, write=True)

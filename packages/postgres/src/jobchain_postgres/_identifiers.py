@@ -33,8 +33,11 @@ QUALIFIED: Final = (
     "type_control",
     "schedule",
     "session_revocation",
+    "type_hook",
+    "job_end_hooks",
 )
-"""Objects named ``{schema}.{prefix}{name}``."""
+"""Objects named ``{schema}.{prefix}{name}`` (tables, types, and the trigger function
+``job_end_hooks``)."""
 
 INDEXES: Final = (
     "job_acquisition_idx",
@@ -66,7 +69,13 @@ _ORDER_FRAGMENTS: Final[Mapping[Order, Mapping[str, sql.SQL]]] = {
     "desc": {"order": sql.SQL("DESC"), "after": sql.SQL("<")},
 }
 
-_LONGEST = max(len(name) for name in (*QUALIFIED, *INDEXES))
+TRIGGERS: Final = (
+    "job_end_hooks_update",
+    "job_end_hooks_insert",
+)
+"""Triggers, named ``{prefix}{name}`` (a trigger's name is scoped to its table, not a schema)."""
+
+_LONGEST = max(len(name) for name in (*QUALIFIED, *INDEXES, *TRIGGERS))
 
 
 def check_name(kind: str, value: object, *, reserve: int = 0, allow_empty: bool = False) -> str:
@@ -106,7 +115,7 @@ def identifiers(schema: str, prefix: str) -> dict[str, sql.Composable]:
     names: dict[str, sql.Composable] = {"schema": sql.Identifier(schema)}
     for name in QUALIFIED:
         names[name] = sql.Identifier(schema, prefix + name)
-    for name in INDEXES:
+    for name in (*INDEXES, *TRIGGERS):
         names[name] = sql.Identifier(prefix + name)
     return names
 
@@ -142,6 +151,7 @@ def savepoint_statements(number: int) -> tuple[bytes, bytes, bytes]:
 __all__ = [
     "INDEXES",
     "QUALIFIED",
+    "TRIGGERS",
     "Order",
     "check_prefix",
     "check_schema",

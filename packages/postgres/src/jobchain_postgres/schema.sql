@@ -1,7 +1,7 @@
 -- The jobchain schema as it stands after every migration in migrations/ (documentation, and the
 -- reference the test suite compares a migrated database with). Objects live in {schema}; table,
--- type and index names carry the table prefix (default "jobchain_"). Build a database with
--- `await adapter.migrate()` (or `jobchain migrate`), never from this file.
+-- type, index, function and trigger names carry the table prefix (default "jobchain_"). Build a
+-- database with `await adapter.migrate()` (or `jobchain migrate`), never from this file.
 
 CREATE SCHEMA IF NOT EXISTS {schema};
 
@@ -144,6 +144,19 @@ CREATE TABLE {session_revocation} (
     expires_at  timestamptz NOT NULL
 );
 
+-- Failure and cancel hooks, one row per job type (end_hooks_register, at worker start): the hook
+-- types its failures and cancellations start (of its jobs, and of its chains), and its default
+-- priority, which hook jobs of that type get. The trigger function below reads it.
+CREATE TABLE {type_hook} (
+    type_name          text PRIMARY KEY,
+    priority           smallint NOT NULL DEFAULT 0,
+    on_failed          text,
+    on_cancelled       text,
+    on_chain_failed    text,
+    on_chain_cancelled text,
+    registered_at      timestamptz NOT NULL
+);
+
 -- jobs_acquire, job_next_available: pending jobs per type in claim order (no sort, stops at the limit).
 CREATE INDEX {job_acquisition_idx} ON {job} (type_name, scheduled_at, created_at, id)
     WHERE status = 'pending';
@@ -183,3 +196,80 @@ CREATE INDEX {worker_alive_idx} ON {worker} (alive_until)
     WHERE state IN ('running', 'draining');
 -- sessions_revoke: the expired revocations it deletes.
 CREATE INDEX {session_revocation_expires_idx} ON {session_revocation} (expires_at);
+
+-- The failure and cancel hook rule (jobchain.contracts.end_hooks): whatever sets a job's
+-- failed_at (status failed) or cancelled_at (status cancelled) from NULL, or inserts it so, starts
+-- in that statement one pending root job per applicable hook in the type_hook table, with the JSON of
+-- jobchain.JobEnded as input. Schema-qualified names and a fixed search_path; status compared as
+-- text (see migration 0013). The WHEN clauses keep every other update free of trigger events.
+CREATE FUNCTION {job_end_hooks}() RETURNS trigger
+    LANGUAGE plpgsql
+    SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    ended_failed boolean;
+    ended_at     timestamptz;
+BEGIN
+    IF NEW.status::text = 'failed' AND NEW.failed_at IS NOT NULL THEN
+        ended_failed := true;
+        ended_at := NEW.failed_at;
+    ELSIF NEW.status::text = 'cancelled' AND NEW.cancelled_at IS NOT NULL THEN
+        ended_failed := false;
+        ended_at := NEW.cancelled_at;
+    ELSE
+        RETURN NULL;
+    END IF;
+    INSERT INTO {job} (
+        id, chain_id, type_name, chain_type_name, chain_index, status, input, created_at,
+        scheduled_at, priority
+    )
+    SELECT h.id, h.id, h.hook, h.hook, 0, 'pending'::{job_status},
+        jsonb_build_object(
+            'event', CASE WHEN ended_failed THEN 'failed' ELSE 'cancelled' END,
+            'scope', h.scope,
+            'job_id', NEW.id,
+            'type_name', NEW.type_name,
+            'chain_id', NEW.chain_id,
+            'chain_type_name', NEW.chain_type_name,
+            'at', to_char(ended_at AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.US"+00:00"'),
+            'error', CASE WHEN ended_failed THEN NEW.last_attempt_error END,
+            'error_type', CASE WHEN ended_failed THEN NEW.attempt_errors -> -1 ->> 'error_type' END,
+            'reason', CASE WHEN ended_failed THEN NULL ELSE NEW.cancel_reason END,
+            'failed_by_chain_id', CASE WHEN ended_failed THEN NEW.failed_by_chain_id END
+        ),
+        ended_at, ended_at, COALESCE(p.priority, 0)
+    FROM (
+        SELECT gen_random_uuid() AS id, 'job' AS scope, 1 AS ord,
+            CASE WHEN ended_failed THEN t.on_failed ELSE t.on_cancelled END AS hook
+        FROM {type_hook} AS t
+        WHERE t.type_name = NEW.type_name
+        UNION ALL
+        SELECT gen_random_uuid(), 'chain', 2,
+            CASE WHEN ended_failed THEN t.on_chain_failed ELSE t.on_chain_cancelled END
+        FROM {type_hook} AS t
+        WHERE t.type_name = NEW.chain_type_name
+    ) AS h
+    LEFT JOIN {type_hook} AS p ON p.type_name = h.hook
+    WHERE h.hook IS NOT NULL
+    ORDER BY h.ord;
+    RETURN NULL;
+END
+$$;
+
+-- failed_at or cancelled_at set by an update (job_fail, chains_cancel, propagation, job_wait):
+-- only a change from NULL with the matching status queues a trigger event, so claims, renewals,
+-- reschedules, completions and retries (which clear both) never do.
+CREATE TRIGGER {job_end_hooks_update}
+    AFTER UPDATE OF failed_at, cancelled_at ON {job}
+    FOR EACH ROW
+    WHEN ((OLD.failed_at IS NULL AND NEW.failed_at IS NOT NULL AND NEW.status::text = 'failed')
+        OR (OLD.cancelled_at IS NULL AND NEW.cancelled_at IS NOT NULL AND NEW.status::text = 'cancelled'))
+    EXECUTE FUNCTION {job_end_hooks}();
+
+-- A job inserted as failed (jobs_create against a blocker chain that already failed or was
+-- cancelled).
+CREATE TRIGGER {job_end_hooks_insert}
+    AFTER INSERT ON {job}
+    FOR EACH ROW
+    WHEN (NEW.failed_at IS NOT NULL OR NEW.cancelled_at IS NOT NULL)
+    EXECUTE FUNCTION {job_end_hooks}();
