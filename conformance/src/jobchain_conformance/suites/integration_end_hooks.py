@@ -10,6 +10,7 @@ from jobchain import FailJob, JobEnded, JobStatus, JobTypes
 from jobchain.entities import Schedule
 from jobchain.worker import Attempt, Completed, Processors
 from jobchain_conformance.suites._integration_base import IntegrationEnv, IntegrationSuiteBase, Num, Total
+from jobchain_conformance.suites._integration_wrappers import StateProxy, as_state
 
 
 class EndHookIntegrationTests(IntegrationSuiteBase):
@@ -89,12 +90,16 @@ class EndHookIntegrationTests(IntegrationSuiteBase):
         poll = 3600.0 if env.notify is not None else env.poll_interval
         client = env.client(types)
         later = await env.start(client, order, Num(n=1), schedule=Schedule(after=timedelta(hours=1)))
-        async with env.worker(client, procs, poll_interval=poll) as worker:
+        proxy = StateProxy(env.state)
+        waiting = env.worker(env.client(types, state=as_state(proxy)), procs, poll_interval=poll)
+        async with waiting:
 
-            async def registered() -> bool:
-                return worker.end_hooks_registered
+            async def idle() -> bool:
+                # Its first look for the next job's time: the hooks are registered (before the
+                # first claim) and the worker waits for a wake-up or its hour-long poll.
+                return waiting.end_hooks_registered and proxy.calls["job_next_available"] > 0
 
-            await env.wait_for(registered, "the worker to register its hooks")
+            await env.wait_for(idle, "the worker to register its hooks and go idle")
             async with client.transaction() as tx:
                 await client.cancel_chain(tx, later.id)
             await env.wait_event(ran, "the cancel hook to run")
