@@ -5,14 +5,19 @@ delivery self-check."""
 from __future__ import annotations
 
 import asyncio
+import itertools
 import logging
+import time
 import uuid
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
+from typing import Any
 
 import psycopg
 import pytest
+from psycopg.conninfo import make_conninfo
+from psycopg_pool import AsyncConnectionPool, ConnectionPool
 
 from jobchain import Client, JobTypes
 from jobchain.contracts import JobGet, JobsCreate, NewJob
@@ -23,6 +28,7 @@ from jobchain.errors import (
     InvalidURLError,
     TransientStateError,
 )
+from jobchain.sync.drive import drive
 from jobchain.worker import Attempt, Backoff, Completed, LeaseConfig, Processors, Worker
 from jobchain_postgres import (
     NotifyOptions,
@@ -31,6 +37,7 @@ from jobchain_postgres import (
     StatementTimeoutError,
     StateOptions,
 )
+from jobchain_postgres.sync import SyncPostgresStateAdapter
 
 from .conftest import conninfo, open_state, with_query
 
@@ -169,6 +176,141 @@ async def test_a_pool_recovers_from_connections_the_server_dropped(
             await tx.jobs_create(JobsCreate(jobs=[new_job()], now=NOW))
     finally:
         await adapter.close()
+
+
+class SecondDeadConnection:
+    """The ``configure`` hook of a two-connection pool whose second connection reaches the pool
+    dead after the pool was checked: what a server restart does to a pool still opening its
+    second connection (the backend runs and is killed; the client has not looked at it yet).
+
+    The pool's first connection goes straight in. The second is held until a transaction waits
+    for a connection (it found the first dead and had the pool checked), then handed to it.
+    Every later (fresh) connection is held until both dead ones were handed back broken, so the
+    transaction meets the second dead one whatever the machine's speed.
+    """
+
+    def __init__(self) -> None:
+        self.pool: AsyncConnectionPool[Any] | ConnectionPool[Any] | None = None
+        self._numbers = itertools.count(1)  # next() is atomic: the sync pool's workers are threads
+        self.opened = 0
+
+    def _released(self, number: int) -> bool:
+        assert self.pool is not None
+        stats = self.pool.get_stats()
+        if number == 1:
+            return True
+        if number == 2:
+            return stats.get("requests_waiting", 0) > 0
+        return stats.get("returns_bad", 0) + stats.get("connections_lost", 0) >= 2
+
+    def _number(self) -> int:
+        number = next(self._numbers)
+        self.opened = max(self.opened, number)
+        return number
+
+    async def configure(self, _connection: psycopg.AsyncConnection[Any]) -> None:
+        number = self._number()
+        async with asyncio.timeout(20):
+            while not self._released(number):  # noqa: ASYNC110 -- the pool's state, no event to wait on
+                await asyncio.sleep(0.01)
+
+    def configure_sync(self, _connection: psycopg.Connection[Any]) -> None:
+        number = self._number()
+        deadline = time.monotonic() + 20
+        while not self._released(number):
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"connection {number} was never released")
+            time.sleep(0.01)
+
+    def opened_both(self) -> bool:
+        """The first connection is in the pool, the second opened (its backend runs) and held."""
+        assert self.pool is not None
+        return self.opened >= 2 and self.pool.get_stats().get("pool_available", 0) >= 1
+
+
+@pytest.mark.pg_connections(6)  # the pool's 2, their 2 replacements, terminate's, the migration's
+@pytest.mark.parametrize("first", ["start", "read"])
+async def test_a_transaction_begins_after_the_server_dropped_every_pooled_connection(
+    postgres_url: str, schema_name: str, first: str
+) -> None:
+    name = f"jc_{uuid.uuid4().hex[:12]}"
+    await (await open_state(postgres_url, schema_name)).close()
+    gate = SecondDeadConnection()
+    pool: AsyncConnectionPool[Any] = AsyncConnectionPool(
+        make_conninfo(conninfo(postgres_url), application_name=name),
+        min_size=2,
+        max_size=2,
+        kwargs={"autocommit": True},
+        configure=gate.configure,
+        open=False,
+    )
+    gate.pool = pool
+    await pool.open(wait=False)
+    adapter = PostgresStateAdapter.from_pool(pool, StateOptions(schema=schema_name))
+    try:
+        await wait_until(gate.opened_both)
+        assert terminate(postgres_url, name) == 2
+        # Both connections are dead; the second reaches the pool only after the first failed.
+        job = new_job()
+        async with adapter.transaction() as tx:
+            if first == "start":  # BEGIN goes with the INSERT, in one pipeline
+                await tx.jobs_create(JobsCreate(jobs=[job], now=NOW))
+            else:  # BEGIN on its own, then the statement
+                assert await tx.job_get(JobGet(job_id=job.id)) is None
+                await tx.jobs_create(JobsCreate(jobs=[job], now=NOW))
+        async with adapter.transaction(read_only=True) as tx:
+            assert await tx.job_get(JobGet(job_id=job.id)) is not None
+    finally:
+        await adapter.close()
+        await pool.close()
+
+
+@pytest.mark.pg_connections(6)
+def test_a_sync_transaction_begins_after_the_server_dropped_every_pooled_connection(
+    postgres_url: str, schema_name: str
+) -> None:
+    name = f"jc_{uuid.uuid4().hex[:12]}"
+    migrator = SyncPostgresStateAdapter.open_sync(
+        postgres_url, StateOptions(schema=schema_name, pool_min_size=0)
+    )
+    drive(migrator.migrate())
+    drive(migrator.close())
+    gate = SecondDeadConnection()
+    pool: ConnectionPool[Any] = ConnectionPool(
+        make_conninfo(conninfo(postgres_url), application_name=name),
+        min_size=2,
+        max_size=2,
+        kwargs={"autocommit": True},
+        configure=gate.configure_sync,
+        open=False,
+    )
+    gate.pool = pool
+    pool.open(wait=False)
+    adapter = SyncPostgresStateAdapter.from_sync_pool(pool, StateOptions(schema=schema_name))
+    try:
+        deadline = time.monotonic() + 10
+        while not gate.opened_both():
+            assert time.monotonic() < deadline, "the pool never opened its two connections"
+            time.sleep(0.01)
+        assert terminate(postgres_url, name) == 2
+        # The synchronous adapter sends BEGIN as the transaction opens.
+        job = new_job()
+        transaction = adapter.transaction()
+        tx = drive(transaction.__aenter__())
+        try:
+            drive(tx.jobs_create(JobsCreate(jobs=[job], now=NOW)))
+        except BaseException as error:
+            drive(transaction.__aexit__(type(error), error, error.__traceback__))
+            raise
+        drive(transaction.__aexit__(None, None, None))
+        read = adapter.transaction(read_only=True)
+        tx = drive(read.__aenter__())
+        found = drive(tx.job_get(JobGet(job_id=job.id)))
+        drive(read.__aexit__(None, None, None))
+        assert found is not None, "the transaction did not commit"
+    finally:
+        drive(adapter.close())
+        pool.close()
 
 
 async def test_a_connection_lost_mid_transaction_is_a_transient_error(

@@ -85,7 +85,7 @@ _STALE_RUNS = 16
 
 
 Reconnect = Callable[[], Awaitable[AnyConnection]]
-"""Hands back a transaction's connection, found dead before anything ran on it, for a fresh one."""
+"""Hands back a transaction's connection, found dead before anything ran on it, for another one."""
 
 
 class _Transaction:
@@ -194,6 +194,7 @@ class PostgresStateTx(
         autocommit: bool = False,
         begin: _Transaction | None = None,
         reconnect: Reconnect | None = None,
+        renewals: int = 1,
     ) -> None:
         self._conn = connection
         self._autocommit = autocommit
@@ -205,6 +206,9 @@ class PostgresStateTx(
         non-autocommit mode): _finish commits or rolls back."""
         self._autocommit_off = False
         self._reconnect = reconnect
+        """Until the transaction has begun: how to trade its dead connection for another."""
+        self._renewals = renewals
+        """How many dead connections it may trade in a row (see dead_connections_at_most)."""
         self._q = queries
         self._atomic_claim = atomic_claim
         self._read_only = read_only
@@ -231,6 +235,7 @@ class PostgresStateTx(
         # pyproject.toml); test_start_round_trips fails if their meaning changes.
         conn = self._conn
         self._pending = None
+        self._reconnect = None  # your statements run here: never on another connection
         self._manual = True
         self._autocommit_off = True
         conn._autocommit = False
@@ -238,29 +243,37 @@ class PostgresStateTx(
 
     async def _start(self) -> None:
         """Send the pending BEGIN on its own (statements that do not carry it)."""
-        if self._pending is None:
+        block = self._pending
+        if block is None:
             return
-        block, self._pending = self._pending, None
-        try:
-            await block.__aenter__()
-        except TransientStateError:
-            if not self._renewable():
-                raise
-            block = await self._renew()
+        while True:
             self._pending = None
-            await block.__aenter__()
-        self._entered = block
+            try:
+                await block.__aenter__()
+            except TransientStateError:
+                if not self._renewable():
+                    raise
+                block = await self._renew()
+                continue
+            self._entered = block
+            self._reconnect = None  # begun: a connection lost from here on ends the transaction
+            return
 
     def _renewable(self) -> bool:
-        """A dead pooled connection, found by this transaction's first statement: nothing ran."""
-        return self._reconnect is not None and self._conn.broken
+        """A dead pooled connection, found by this transaction's BEGIN: nothing ran.
+
+        Not only once: after a server restart the next connection the pool hands out can be
+        dead too (one it was still opening, or one that died after the pool's check), up to
+        every connection the pool holds.
+        """
+        return self._reconnect is not None and self._renewals > 0 and self._conn.broken
 
     async def _renew(self) -> _Transaction:
-        """A fresh connection in place of the dead one; its block is pending (and returned)."""
+        """Another connection in place of the dead one; its block is pending (and returned)."""
         assert self._reconnect is not None
-        reconnect, self._reconnect = self._reconnect, None  # once
+        self._renewals -= 1
         self._manual = False  # the dead connection's BEGIN ended with it
-        self._conn = await reconnect()
+        self._conn = await self._reconnect()
         self._pending = _Transaction(self._conn)
         return self._pending
 
@@ -572,13 +585,17 @@ class PostgresStateTx(
             _shape, rows = await self._rows(self._q.jobs_create_roots, params, write=True, ids=ids)
             return rows
         self._check(write=True)
-        try:
-            return await self._begin_with(self._q.jobs_create_roots, params, ids)
-        except TransientStateError:
-            if not self._renewable():
-                raise
-            await self._renew()
-            return await self._begin_with(self._q.jobs_create_roots, params, ids)
+        while True:
+            try:
+                rows = await self._begin_with(self._q.jobs_create_roots, params, ids)
+            except TransientStateError:
+                # The connection died under BEGIN and the INSERT: neither committed; retry both.
+                if not self._renewable():
+                    raise
+                await self._renew()
+                continue
+            self._reconnect = None  # begun: a connection lost from here on ends the transaction
+            return rows
 
     async def _begin_with(self, query: bytes, params: Mapping[str, Any], ids: Sequence[str]) -> list[Row]:
         """BEGIN and ``query`` in one pipeline with one Sync: one wait for both.

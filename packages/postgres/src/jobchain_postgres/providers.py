@@ -69,6 +69,11 @@ class PoolProvider:
     def connection(self) -> AbstractAsyncContextManager[AnyConnection]:
         return self.pool.connection()
 
+    @property
+    def max_connections(self) -> int:
+        """The most connections the pool holds at once (its size now; ``reserve`` may grow it)."""
+        return self.pool.max_size
+
     async def recover(self) -> None:
         # A server restart kills every pooled connection at once: check the idle ones now
         # instead of failing one transaction per dead connection.
@@ -134,10 +139,8 @@ class SQLAlchemyProvider:
             raw = await sa_connection.get_raw_connection()
             yield _driver_connection(raw)
 
-    async def recover(self) -> None:
-        return None  # SQLAlchemy's pool invalidates connections that raised a disconnect error
-
-    async def reserve(self, count: int) -> int | None:
+    @property
+    def max_connections(self) -> int | None:
         """The engine pool's size plus overflow (None if unbounded or not a sized pool)."""
         pool = getattr(getattr(self._engine, "sync_engine", None), "pool", None)
         size, overflow = getattr(pool, "size", None), getattr(pool, "_max_overflow", None)
@@ -145,8 +148,27 @@ class SQLAlchemyProvider:
             return None
         return int(size()) + overflow
 
+    async def recover(self) -> None:
+        return None  # SQLAlchemy's pool invalidates connections that raised a disconnect error
+
+    async def reserve(self, count: int) -> int | None:
+        """The engine pool's size plus overflow (None if unbounded or not a sized pool)."""
+        return self.max_connections
+
     async def close(self) -> None:
         return None
+
+
+def dead_connections_at_most(provider: object) -> int:
+    """How many dead connections in a row one transaction may be handed by ``provider``.
+
+    A server restart kills every connection a pool holds, and one still being opened (its
+    backend already counted) reaches the pool dead after the pool was checked: at most the
+    pool's size, each handed out once and then discarded; the next one is new. A provider
+    that cannot tell its size (one connection of yours, an unbounded engine pool) counts 1.
+    """
+    held = getattr(provider, "max_connections", None)
+    return held if isinstance(held, int) and held > 0 else 1
 
 
 def _is_sqlalchemy(obj: object) -> bool:
@@ -226,6 +248,7 @@ __all__ = [
     "Provider",
     "SQLAlchemyProvider",
     "database_of",
+    "dead_connections_at_most",
     "joined_connection",
     "provider_database",
 ]

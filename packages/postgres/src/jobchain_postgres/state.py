@@ -43,6 +43,7 @@ from jobchain_postgres.providers import (
     PoolProvider,
     Provider,
     SQLAlchemyProvider,
+    dead_connections_at_most,
     joined_connection,
     provider_database,
 )
@@ -201,6 +202,7 @@ class PostgresStateAdapter:
         autocommit: bool = False,
         begin: _Transaction | None = None,
         reconnect: Reconnect | None = None,
+        renewals: int = 1,
     ) -> PostgresStateTx:
         return PostgresStateTx(
             connection,
@@ -211,6 +213,7 @@ class PostgresStateAdapter:
             autocommit=autocommit,
             begin=begin,
             reconnect=reconnect,
+            renewals=renewals,
         )
 
     @asynccontextmanager
@@ -248,8 +251,10 @@ class PostgresStateAdapter:
         """A transaction whose BEGIN waits for its first statement (and goes with it).
 
         A pooled connection the server dropped is found by that first statement: nothing has
-        run, so the transaction hands it back and takes a fresh one, once; nothing has happened yet,
-        so that is safe.
+        run, so the transaction hands it back and takes another, and again while the next one is
+        dead too, up to every connection the pool holds (``dead_connections_at_most``). Nothing
+        has happened yet, so that is safe; once BEGIN succeeded, a lost connection is the
+        transaction's TransientStateError.
         """
         inner = contextlib.AsyncExitStack()
 
@@ -258,6 +263,7 @@ class PostgresStateAdapter:
 
         stack.push_async_exit(exit_inner)
         connection = await self._connection(inner, read_only)
+        renewals = dead_connections_at_most(self._provider)
 
         async def reconnect() -> AnyConnection:
             nonlocal inner
@@ -268,14 +274,20 @@ class PostgresStateAdapter:
             return await self._connection(inner, read_only)
 
         if isinstance(connection, psycopg.AsyncConnection):
-            return self._tx(connection, read_only, begin=_Transaction(connection), reconnect=reconnect)
+            return self._tx(
+                connection, read_only, begin=_Transaction(connection), reconnect=reconnect, renewals=renewals
+            )
         # jobchain.sync's view of a synchronous connection: BEGIN now, as a block.
-        try:
-            await inner.enter_async_context(_Transaction(connection))
-        except TransientStateError:
-            connection = await reconnect()
-            await inner.enter_async_context(_Transaction(connection))
-        return self._tx(connection, read_only)
+        while True:
+            try:
+                await inner.enter_async_context(_Transaction(connection))
+            except TransientStateError:
+                if renewals == 0 or not connection.broken:
+                    raise
+                renewals -= 1
+                connection = await reconnect()
+                continue
+            return self._tx(connection, read_only)
 
     async def _connection(self, stack: contextlib.AsyncExitStack, read_only: bool) -> AnyConnection:
         """Check out a connection set up for a transaction (handed back when ``stack`` exits)."""

@@ -70,6 +70,11 @@ class SyncPoolProvider:
         with self.pool.connection() as connection:
             yield async_view(connection)
 
+    @property
+    def max_connections(self) -> int:
+        """The most connections the pool holds at once (its size now; ``reserve`` may grow it)."""
+        return self.pool.max_size
+
     async def recover(self) -> None:
         self.pool.check()
 
