@@ -367,6 +367,7 @@ class TestSchema:
             "0008_session_revocations",
             "0009_worker_incarnation",
             "0010_worker_load",
+            "0011_end_hooks",
         ]
         assert "jobchain_job_listing_status_idx" not in indexes
         assert "jobchain_job_listing_idx" in indexes

@@ -305,7 +305,7 @@ async def test_a_database_without_the_lifecycle_migration_raises_schema_not_migr
         with pytest.raises(
             CoreSchemaNotMigratedError,
             match=r"0005_job_lifecycle, 0006_queue_stats, 0007_scheduling, 0008_session_revocations,"
-            r" 0009_worker_incarnation, 0010_worker_load not applied.*jobchain migrate",
+            r" 0009_worker_incarnation, 0010_worker_load, 0011_end_hooks not applied.*jobchain migrate",
         ):
             async with adapter.transaction() as tx:
                 await tx.jobs_list(JobsList())

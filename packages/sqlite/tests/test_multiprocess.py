@@ -91,4 +91,4 @@ async def test_concurrent_migrations_from_several_processes_apply_once(db_path: 
         names = [row[0] for row in conn.execute("SELECT name FROM jobchain_migration")]
     conn.close()
     assert names == list(MIGRATIONS)
-    assert names[-1] == "0010_worker_load"
+    assert names[-1] == "0011_end_hooks"

@@ -137,7 +137,8 @@ async def test_a_0006_database_is_refused_until_migrated(tmp_path: Path) -> None
     adapter = SqliteStateAdapter(SqliteOptions(path=str(path)))
     try:
         missing = (
-            "0007_scheduling, 0008_session_revocations, 0009_worker_incarnation, 0010_worker_load not applied"
+            "0007_scheduling, 0008_session_revocations, 0009_worker_incarnation, 0010_worker_load,"
+            " 0011_end_hooks not applied"
         )
         with pytest.raises(SchemaNotMigratedError, match=missing):
             async with adapter.transaction(read_only=True) as tx:

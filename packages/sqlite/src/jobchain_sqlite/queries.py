@@ -117,6 +117,7 @@ class Queries:
     schedules_register: str
     schedules_forget: str
     schedules_list: str
+    end_hooks_register: str
     blocked_jobs_list_asc: str
     blocked_jobs_list_desc: str
     sessions_revoke: str
@@ -155,6 +156,7 @@ MIGRATIONS: tuple[str, ...] = (
     "0008_session_revocations",
     "0009_worker_incarnation",
     "0010_worker_load",
+    "0011_end_hooks",
 )
 """Migration names in the order they apply; each is ``migrations/<name>.sql``."""
 

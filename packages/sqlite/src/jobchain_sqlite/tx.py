@@ -11,6 +11,7 @@ from collections.abc import AsyncIterator, Sequence
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from datetime import timedelta
 
+from jobchain.contracts.end_hooks import EndHooksRegister
 from jobchain.contracts.lifecycle import cancel_dry_run
 from jobchain.contracts.scheduling import (
     JobWait,
@@ -73,7 +74,7 @@ from jobchain.errors import (
     JobchainError,
 )
 from jobchain.stats import QueueStats
-from jobchain_sqlite import claims, lifecycle, listing, scheduling, sessions, stats, workers
+from jobchain_sqlite import claims, end_hooks, lifecycle, listing, scheduling, sessions, stats, workers
 from jobchain_sqlite.complete import jobs_complete, lease_error
 from jobchain_sqlite.context import TxContext
 from jobchain_sqlite.create import jobs_create
@@ -433,6 +434,13 @@ class SqliteTx:
 
     async def schedules_list(self, params: SchedulesList) -> list[ScheduleRecord]:
         return await scheduling.schedules_list(self._ctx, params)
+
+    # ------------------------------------------------------------ failure and cancel hooks
+
+    async def end_hooks_register(self, params: EndHooksRegister) -> None:
+        """One upsert; the hook jobs themselves are started by the job table's triggers
+        (migration 0011_end_hooks), in the statement that fails or cancels a job."""
+        await end_hooks.end_hooks_register(self._ctx, params)
 
     # ------------------------------------------------------------ revoked sessions (RevokesSessions)
 
