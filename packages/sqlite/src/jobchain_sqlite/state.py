@@ -37,6 +37,7 @@ from jobchain_sqlite.options import SqliteOptions
 from jobchain_sqlite.providers import AiosqliteExecutor, Executor, is_aiosqlite_connection
 from jobchain_sqlite.queries import queries
 from jobchain_sqlite.tx import SqliteTx
+from jobchain_sqlite.wal import WAL, enable_wal
 
 MIN_SQLITE_VERSION = (3, 35, 0)
 """RETURNING arrived in SQLite 3.35."""
@@ -94,7 +95,7 @@ class SqliteStateAdapter:
             try:
                 conn.row_factory = sqlite3.Row
                 if not reader:
-                    await conn.execute_fetchall("PRAGMA journal_mode = WAL")
+                    await enable_wal(lambda: conn.execute_fetchall(WAL), opts.busy_timeout)
                     await conn.execute_fetchall(f"PRAGMA synchronous = {opts.synchronous}")
                 await conn.execute_fetchall("PRAGMA foreign_keys = ON")
                 if reader:

@@ -42,6 +42,7 @@ from jobchain_sqlite.providers.sqlite3 import Sqlite3Executor
 from jobchain_sqlite.state import SqliteStateAdapter
 from jobchain_sqlite.sync_join import join_sync
 from jobchain_sqlite.tx import SqliteTx
+from jobchain_sqlite.wal import WAL, enable_wal_sync
 
 
 class SyncSqliteStateAdapter(SqliteStateAdapter):
@@ -79,7 +80,7 @@ class SyncSqliteStateAdapter(SqliteStateAdapter):
                 conn.row_factory = sqlite3.Row
                 conn.text_factory = read_text
                 if not reader:
-                    conn.execute("PRAGMA journal_mode = WAL").fetchall()
+                    enable_wal_sync(lambda: conn.execute(WAL).fetchall(), opts.busy_timeout)
                     conn.execute(f"PRAGMA synchronous = {opts.synchronous}").fetchall()
                 conn.execute("PRAGMA foreign_keys = ON").fetchall()
                 if reader:
