@@ -6,14 +6,13 @@ whoever failed or cancelled the job: a worker may be gone, and ``jobchain cancel
 no handler code at all. Instead each worker registers its registry's hooks in the state
 backend when it starts (one row per type), and the backend itself starts the hook job *in the
 same transaction* as the change of status, whichever operation makes it — a worker failing a
-job, a cancel from the client, the CLI or the dashboard, a blocker's failure propagating, the
-reaper. So a hook chain exists exactly once per failure or cancellation, is never started for
-a change that rolled back, and runs as any job does: retried, visible, idempotent handlers.
+job, a cancel from the client, the CLI or the dashboard, a blocker's failure propagating. So
+a hook chain exists exactly once per failure or cancellation, is never started for a change
+that rolled back, and runs as any job does: retried, visible, idempotent handlers.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable
 from datetime import datetime
 from typing import TYPE_CHECKING, Any, Literal
 
@@ -73,16 +72,15 @@ def hook_name(field: str, owner: str, hook: object) -> str | None:
     raise InvalidArgumentError(f"{owner}: {field} must be a job type (or its name), got {hook!r}")
 
 
-def end_hook_rows(job_types: JobTypes, names: Iterable[str] | None = None) -> list[TypeEndHooks]:
-    """One row per type of ``job_types`` (or of ``names``), as a worker registers them.
+def end_hook_rows(job_types: JobTypes) -> list[TypeEndHooks]:
+    """One row per type of ``job_types``, as a worker registers them.
 
     Every type gets a row, hooks or not, so a hook removed from the code is removed from the
     backend by the next worker that starts with that type. Raises InvalidArgumentError when a
     hook names a type the registry lacks or one whose input is not :class:`JobEnded`.
     """
-    chosen = [job_types.get(name) for name in names] if names is not None else list(job_types)
     rows: list[TypeEndHooks] = []
-    for job_type in chosen:
+    for job_type in job_types:
         hooks: dict[str, str | None] = {}
         for field in HOOK_FIELDS:
             name: str | None = getattr(job_type, field)
@@ -125,11 +123,6 @@ class EndHookWakes:
         return names
 
 
-def has_end_hooks(job_types: Iterable[JobType[Any, Any]]) -> bool:
-    """Whether any of ``job_types`` declares a hook."""
-    return any(getattr(t, field) is not None for t in job_types for field in HOOK_FIELDS)
-
-
 def _check_input(field: str, owner: str, hook: JobType[Any, Any]) -> None:
     if hook.input_type is not JobEnded:
         raise InvalidArgumentError(
@@ -138,4 +131,4 @@ def _check_input(field: str, owner: str, hook: JobType[Any, Any]) -> None:
         )
 
 
-__all__ = ["HOOK_FIELDS", "EndHookWakes", "JobEnded", "end_hook_rows", "has_end_hooks", "hook_name"]
+__all__ = ["HOOK_FIELDS", "EndHookWakes", "JobEnded", "end_hook_rows", "hook_name"]
