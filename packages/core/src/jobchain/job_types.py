@@ -518,7 +518,7 @@ class JobTypes:
 SUPPORTED_TYPES = (
     "dataclasses, TypedDict, msgspec.Struct, NamedTuple, str, int, float, bool, None, "
     "list/tuple/dict[str, Any] of these, Literal, Enum, datetime, date, time, timedelta, UUID, Decimal, "
-    "pydantic v2 models"
+    "attrs classes, pydantic v2 models"
 )
 """What a job input or output may be declared as (named by the error for anything else)."""
 
