@@ -91,7 +91,7 @@ class EndHooksTests:
         assert (value.error, value.reason, value.failed_by_chain_id) == ("card declined", None, None)
         assert_time(state_adapter, value.at, now + SECOND)
 
-    async def test_the_hook_job_is_claimed_like_any_job(
+    async def test_the_hook_job_is_a_pending_root_a_worker_takes_as_any_other(
         self, state_adapter: StateAdapter, now: datetime
     ) -> None:
         await register(state_adapter, TypeEndHooks(type_name=TYPE, on_failed=FAILED_HOOK), now=now)
