@@ -94,24 +94,17 @@ async def test_a_type_given_twice_registers_its_last_row(pg_state: PostgresState
 
 
 @pytest.mark.parametrize(
-    "row",
+    "fields",
     [
-        TypeEndHooks(type_name="t", priority=101),
-        TypeEndHooks(type_name="", on_failed=HOOK),
-        TypeEndHooks(type_name="t", on_cancelled=""),
+        {"type_name": "t", "priority": 101},
+        {"type_name": "", "on_failed": HOOK},
+        {"type_name": "t", "on_cancelled": ""},
     ],
     ids=["priority out of range", "empty type name", "empty hook name"],
 )
-async def test_a_bad_row_is_refused_before_any_sql(pg_state: PostgresStateAdapter, row: TypeEndHooks) -> None:
+def test_a_bad_row_is_refused_when_built(fields: dict[str, Any]) -> None:
     with pytest.raises(InvalidArgumentError):
-        await _register(pg_state, TypeEndHooks(type_name="ok", on_failed=HOOK), row)
-    async with pg_state.transaction(read_only=True) as tx:
-        cursor = await tx.connection.execute(
-            sql.SQL("SELECT count(*) FROM {}").format(
-                sql.Identifier(pg_state.options.schema, "jobchain_type_hook")
-            )
-        )
-        assert await cursor.fetchone() == (0,)
+        TypeEndHooks(**fields)
 
 
 async def test_claims_renewals_reschedules_completions_and_retries_never_call_the_hook_function(

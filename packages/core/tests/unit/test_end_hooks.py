@@ -117,3 +117,20 @@ def test_without_a_registry_nothing_is_buffered() -> None:
     hooks = TransactionHooks()
     hooks.job_ended(replace(_job("order", JobStatus.FAILED)))
     assert hooks.scheduled == {}
+
+
+@pytest.mark.parametrize(
+    ("fields", "refusal"),
+    [
+        ({"type_name": ""}, "type_name must be a non-empty string"),
+        ({"type_name": "t", "priority": 101}, "t: priority must be an integer from -100 to 100"),
+        ({"type_name": "t", "priority": True}, "t: priority must be an integer"),
+        ({"type_name": "t", "on_cancelled": ""}, "t: on_cancelled must be a job type name or None"),
+        ({"type_name": "t", "on_chain_failed": 3}, "t: on_chain_failed must be a job type name or None"),
+    ],
+)
+def test_a_hook_row_that_no_backend_could_store_is_refused_when_built(
+    fields: dict[str, object], refusal: str
+) -> None:
+    with pytest.raises(InvalidArgumentError, match=refusal):
+        TypeEndHooks(**fields)  # type: ignore[arg-type]

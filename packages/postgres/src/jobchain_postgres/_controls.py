@@ -11,7 +11,7 @@ from typing import Any
 from jobchain.contracts.end_hooks import EndHooksRegister
 from jobchain.contracts.scheduling import PausedTypesList, SchedulesList, SchedulesRegister, TypesPause
 from jobchain.end_hooks import HOOK_FIELDS
-from jobchain.entities import PausedType, ScheduleRecord, validate_priority
+from jobchain.entities import PausedType, ScheduleRecord
 from jobchain.errors import InvalidArgumentError
 from jobchain_postgres._results import check_now
 from jobchain_postgres.queries import Queries
@@ -59,24 +59,13 @@ def _schedules_document(params: SchedulesRegister) -> str:
 
 
 def _end_hooks_document(params: EndHooksRegister) -> str:
-    """The hook rows as one JSON array (the last row of a type name wins)."""
+    """The hook rows as one JSON array (the last row of a type name wins; TypeEndHooks checked
+    each row when it was built)."""
     items: dict[str, dict[str, Any]] = {}
     for row in params.types:
-        if not isinstance(row.type_name, str) or not row.type_name:
-            raise InvalidArgumentError(
-                f"a hook row's type_name must be a non-empty string, got {row.type_name!r}"
-            )
-        item: dict[str, Any] = {
-            "type_name": row.type_name,
-            "priority": validate_priority(row.priority, f"{row.type_name}: priority"),
-        }
+        item: dict[str, Any] = {"type_name": row.type_name, "priority": row.priority}
         for field in HOOK_FIELDS:
-            hook = getattr(row, field)
-            if hook is not None and (not isinstance(hook, str) or not hook):
-                raise InvalidArgumentError(
-                    f"{row.type_name}: {field} must be a job type name or None, got {hook!r}"
-                )
-            item[field] = hook
+            item[field] = getattr(row, field)
         items[row.type_name] = item
     return json_text(list(items.values()))
 

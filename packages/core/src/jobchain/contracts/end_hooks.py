@@ -28,6 +28,11 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
 
+from jobchain.entities import validate_priority
+from jobchain.errors import InvalidArgumentError
+
+_HOOKS = ("on_failed", "on_cancelled", "on_chain_failed", "on_chain_cancelled")
+
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class TypeEndHooks:
@@ -39,6 +44,20 @@ class TypeEndHooks:
     on_cancelled: str | None = None
     on_chain_failed: str | None = None
     on_chain_cancelled: str | None = None
+
+    def __post_init__(self) -> None:
+        # Refused when built, so every backend refuses the same rows before any statement.
+        if not isinstance(self.type_name, str) or not self.type_name:
+            raise InvalidArgumentError(
+                f"a hook row's type_name must be a non-empty string, got {self.type_name!r}"
+            )
+        validate_priority(self.priority, f"{self.type_name}: priority")
+        for field in _HOOKS:
+            hook = getattr(self, field)
+            if hook is not None and (not isinstance(hook, str) or not hook):
+                raise InvalidArgumentError(
+                    f"{self.type_name}: {field} must be a job type name or None, got {hook!r}"
+                )
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
