@@ -3,16 +3,20 @@ failing or cancelling transaction buffers for the hook types."""
 
 from __future__ import annotations
 
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime
+from typing import Any
 
 import pytest
 
+import jobchain
 from jobchain import InvalidArgumentError, JobEnded, JobStatus, JobTypes
 from jobchain.contracts import TypeEndHooks
 from jobchain.end_hooks import EndHookWakes, end_hook_rows
 from jobchain.entities import Job
-from jobchain.testing import memory_client
+from jobchain.testing import memory_client, run_until_idle
 from jobchain.transactions import TransactionHooks
 from jobchain.worker import Attempt, Completed, Processors, Worker
 
@@ -134,3 +138,57 @@ def test_a_hook_row_that_no_backend_could_store_is_refused_when_built(
 ) -> None:
     with pytest.raises(InvalidArgumentError, match=refusal):
         TypeEndHooks(**fields)  # type: ignore[arg-type]
+
+
+class _WithoutHooks:
+    """A state adapter from before end_hooks_register: its transactions lack the method."""
+
+    def __init__(self, inner: Any) -> None:
+        self._inner = inner
+        self.capabilities = inner.capabilities
+        self.time_precision = inner.time_precision
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._inner, name)
+
+    @asynccontextmanager
+    async def _open(self, **options: Any) -> AsyncIterator[Any]:
+        async with self._inner.transaction(**options) as tx:
+            yield _TxWithoutHooks(tx)
+
+    def transaction(self, **options: Any) -> Any:
+        return self._open(**options)
+
+
+class _TxWithoutHooks:
+    def __init__(self, inner: Any) -> None:
+        self._inner = inner
+
+    def __getattr__(self, name: str) -> Any:
+        if name == "end_hooks_register":
+            raise AttributeError(name)
+        return getattr(self._inner, name)
+
+
+async def test_a_backend_without_hook_registration_runs_jobs_and_says_hooks_will_not_run(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    types = JobTypes()
+    hook = types.define("hook", input=JobEnded, output=None)
+    order = types.define("order", input=Order, output=None, entry=True, on_failed=hook)
+    processors = Processors()
+    ran: list[int] = []
+
+    @processors.handler(order)
+    async def handle(attempt: Attempt[Order, None]) -> Completed:
+        ran.append(attempt.input.id)
+        return await attempt.complete(None)
+
+    client = memory_client(types)
+    old = jobchain.Client(_WithoutHooks(client.state), None, types)
+    async with old.transaction() as tx:
+        await old.start_chain(tx, order, Order(1))
+    await run_until_idle(old, processors)
+    assert ran == [1], "the worker must still run jobs"
+    assert any("does not register failure and cancel hooks" in r.getMessage() for r in caplog.records)
+    await client.close()

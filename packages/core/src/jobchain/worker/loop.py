@@ -30,7 +30,7 @@ from jobchain.contracts import (
     TypeEndHooks,
     WorkerHeartbeatResult,
 )
-from jobchain.end_hooks import end_hook_rows
+from jobchain.end_hooks import HOOK_FIELDS, end_hook_rows
 from jobchain.entities import PRIORITY_AGING, Job, WorkerState
 from jobchain.errors import InvalidArgumentError, SchemaNotMigratedError, UnknownJobTypeError
 from jobchain.job_types import UNSET, MaxAttempts, validate_max_attempts, validate_timeout
@@ -459,7 +459,20 @@ class Worker(WorkerEvents):
 
     async def _register_end_hooks(self, rows: list[TypeEndHooks]) -> None:
         async with self._operation() as tx:
-            await tx.end_hooks_register(EndHooksRegister(types=rows, now=now_of(self.client)))
+            register = getattr(tx, "end_hooks_register", None)
+            if register is None:
+                # A backend written before the hooks: its jobs still run, its hooks never do.
+                declared = sorted(r.type_name for r in rows if any(getattr(r, f) for f in HOOK_FIELDS))
+                if declared:
+                    log.warning(
+                        "worker %s: the state backend %s does not register failure and cancel hooks "
+                        "(no end_hooks_register); the hooks of %s will not run: upgrade the backend",
+                        self.worker_id,
+                        type(self.client.state).__name__,
+                        ", ".join(declared),
+                    )
+            else:
+                await register(EndHooksRegister(types=rows, now=now_of(self.client)))
         self._end_hooks = None
 
     async def _claim(self, limit: int) -> tuple[list[Job], bool]:
