@@ -137,6 +137,7 @@ def buffer_created(hooks: TransactionHooks, created: JobCreated, *, new_chain: b
             hooks.job_scheduled(job.type_name)
         elif job.status is JobStatus.FAILED:
             hooks.chain_completed(job.chain_id)
+            hooks.job_ended(job)
         return
     attrs = _job_attrs(job)
     if new_chain:

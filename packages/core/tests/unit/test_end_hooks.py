@@ -13,7 +13,8 @@ import pytest
 
 import jobchain
 from jobchain import InvalidArgumentError, JobEnded, JobStatus, JobTypes
-from jobchain.contracts import TypeEndHooks
+from jobchain.completion import buffer_created
+from jobchain.contracts import JobCreated, TypeEndHooks
 from jobchain.end_hooks import EndHookWakes, end_hook_rows
 from jobchain.entities import Job
 from jobchain.testing import memory_client, run_until_idle
@@ -192,3 +193,15 @@ async def test_a_backend_without_hook_registration_runs_jobs_and_says_hooks_will
     assert ran == [1], "the worker must still run jobs"
     assert any("does not register failure and cancel hooks" in r.getMessage() for r in caplog.records)
     await client.close()
+
+
+@pytest.mark.parametrize("record_events", [True, False])
+def test_a_job_created_failed_wakes_its_hook_type_whether_events_are_recorded_or_not(
+    record_events: bool,
+) -> None:
+    types = JobTypes()
+    hook = types.define("hook", input=JobEnded, output=None)
+    types.define("order", input=Order, output=None, entry=True, on_failed=hook)
+    hooks = TransactionHooks(record_events=record_events, end_hooks=EndHookWakes(types))
+    buffer_created(hooks, JobCreated(job=_job("order", JobStatus.FAILED)), new_chain=True)
+    assert hooks.scheduled == {"hook": 1}
