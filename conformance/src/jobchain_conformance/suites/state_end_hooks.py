@@ -8,6 +8,7 @@ for its chain's type (scope ``chain``), with :class:`jobchain.JobEnded` as its i
 
 from __future__ import annotations
 
+import re
 from datetime import datetime, timedelta
 
 import msgspec
@@ -30,6 +31,8 @@ from jobchain_conformance.helpers import (
 )
 
 SECOND = timedelta(seconds=1)
+AT_TEXT = r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{6}\+00:00"
+"""How JobEnded.at is stored: UTC, microseconds, an explicit offset (as PostgreSQL writes it)."""
 FAILED_HOOK = "order.failed"
 CANCELLED_HOOK = "order.cancelled"
 CHAIN_HOOK = "order.chain_ended"
@@ -90,6 +93,9 @@ class EndHooksTests:
         assert (value.chain_id, value.chain_type_name) == (job.chain_id, job.chain_type_name)
         assert (value.error, value.reason, value.failed_by_chain_id) == ("card declined", None, None)
         assert_time(state_adapter, value.at, now + SECOND)
+        # The stored text too, the same on every backend (listings and exports show it).
+        assert isinstance(hook.input, dict)
+        assert re.fullmatch(AT_TEXT, hook.input["at"]), hook.input["at"]
 
     async def test_the_hook_job_is_a_pending_root_a_worker_takes_as_any_other(
         self, state_adapter: StateAdapter, now: datetime

@@ -8,7 +8,7 @@ transaction (and a rollback takes them back with the rest).
 
 from __future__ import annotations
 
-from datetime import datetime
+from datetime import UTC, datetime
 
 import msgspec
 
@@ -65,7 +65,9 @@ def _input(job: Job, event: str, scope: str, at: datetime) -> JsonValue:
         reason=None if failed else job.cancel_reason,
         failed_by_chain_id=job.failed_by_chain_id if failed else None,
     )
-    value: JsonValue = msgspec.to_builtins(ended)
+    value: dict[str, JsonValue] = msgspec.to_builtins(ended)
+    # As the SQL backends store it: UTC, microseconds always, an explicit offset.
+    value["at"] = at.astimezone(UTC).isoformat(timespec="microseconds")
     return value
 
 

@@ -44,6 +44,9 @@ CREATE TABLE {p}type_hook (
 -- CREATE TRIGGER allows no WITH clause to materialize it). An id is a canonical lowercase
 -- UUID, version 4 (122 random bits).
 --
+-- JobEnded.at is written as every backend writes it (UTC, microseconds, "+00:00"): the stored
+-- time's fixed-width text with its "Z" spelled out.
+--
 -- If a later migration rebuilds {p}job, it must create this trigger again.
 CREATE TRIGGER {p}job_end_hooks
 AFTER UPDATE OF failed_at, cancelled_at ON {p}job
@@ -62,7 +65,7 @@ BEGIN
                'type_name', NEW.type_name,
                'chain_id', NEW.chain_id,
                'chain_type_name', NEW.chain_type_name,
-               'at', e.at,
+               'at', replace(e.at, 'Z', '+00:00'),
                'error', CASE NEW.status WHEN 'failed' THEN NEW.last_attempt_error END,
                'error_type', CASE NEW.status WHEN 'failed'
                    THEN json_extract(NEW.attempt_errors, '$[#-1].error_type') END,
