@@ -93,7 +93,30 @@ def end_hook_rows(job_types: JobTypes) -> list[TypeEndHooks]:
                 _check_input(field, job_type.name, job_types.get(name))
             hooks[field] = name
         rows.append(TypeEndHooks(type_name=job_type.name, priority=job_type.priority, **hooks))
+    _refuse_cycles(rows)
     return rows
+
+
+def _refuse_cycles(rows: list[TypeEndHooks]) -> None:
+    """A hook whose own failure leads back to it would start hook jobs without end."""
+    leads_to = {row.type_name: [h for f in HOOK_FIELDS if (h := getattr(row, f)) is not None] for row in rows}
+    done: set[str] = set()
+
+    def visit(name: str, path: list[str]) -> None:
+        if name in path:
+            cycle = [*path[path.index(name) :], name]
+            raise InvalidArgumentError(
+                f"the hooks form a cycle ({' -> '.join(cycle)}): a hook job that fails or is cancelled "
+                "would start another without end; remove one of these hooks"
+            )
+        if name in done:
+            return
+        for hook in leads_to.get(name, ()):
+            visit(hook, [*path, name])
+        done.add(name)
+
+    for name in leads_to:
+        visit(name, [])
 
 
 class EndHookWakes:

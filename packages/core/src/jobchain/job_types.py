@@ -400,6 +400,10 @@ class JobTypes:
             "on_chain_failed": hook_name("on_chain_failed", name, on_chain_failed),
             "on_chain_cancelled": hook_name("on_chain_cancelled", name, on_chain_cancelled),
         }
+        if name in hooks.values():
+            raise InvalidArgumentError(
+                f"{name}: a type cannot be its own hook (each failure of a hook job would start another)"
+            )
         if not entry and (hooks["on_chain_failed"] or hooks["on_chain_cancelled"]):
             raise InvalidArgumentError(
                 f"{name}: on_chain_failed/on_chain_cancelled need entry=True (a chain's type is the "

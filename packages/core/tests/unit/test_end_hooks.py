@@ -205,3 +205,22 @@ def test_a_job_created_failed_wakes_its_hook_type_whether_events_are_recorded_or
     hooks = TransactionHooks(record_events=record_events, end_hooks=EndHookWakes(types))
     buffer_created(hooks, JobCreated(job=_job("order", JobStatus.FAILED)), new_chain=True)
     assert hooks.scheduled == {"hook": 1}
+
+
+def test_hooks_that_lead_back_to_themselves_are_refused() -> None:
+    types = JobTypes()
+    with pytest.raises(InvalidArgumentError, match="alert: a type cannot be its own hook"):
+        types.define("alert", input=JobEnded, output=None, on_failed="alert")
+    types = JobTypes()
+    types.define("a", input=JobEnded, output=None, on_failed="b")
+    types.define("b", input=JobEnded, output=None, on_cancelled="a")
+    with pytest.raises(InvalidArgumentError, match=r"a -> b -> a"):
+        end_hook_rows(types)
+
+
+def test_a_hook_with_a_hook_of_its_own_is_fine_without_a_cycle() -> None:
+    types = JobTypes()
+    page = types.define("page-oncall", input=JobEnded, output=None)
+    types.define("order.failed", input=JobEnded, output=None, on_failed=page)
+    types.define("order", input=Order, output=None, entry=True, on_failed="order.failed")
+    assert [row.on_failed for row in end_hook_rows(types)] == [None, "page-oncall", "order.failed"]
