@@ -1,7 +1,7 @@
 """Failure and cancel hooks on SQLite (``contracts.end_hooks``).
 
 ``end_hooks_register`` is one upsert into ``{prefix}type_hook``. The rule itself runs in the
-database: migration ``0011_end_hooks`` adds triggers on ``{prefix}job`` that start the hook
+database: migration ``0011_end_hooks`` adds a trigger on ``{prefix}job`` that starts the hook
 jobs inside the statement that sets a job's ``failed_at`` or ``cancelled_at``, so every
 operation that fails or cancels a job (and a rollback of it) is covered without code here.
 """
