@@ -32,7 +32,7 @@ from jobchain_conformance.helpers import (
 
 SECOND = timedelta(seconds=1)
 AT_TEXT = r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{6}\+00:00"
-"""How JobEnded.at is stored: UTC, microseconds, an explicit offset (as PostgreSQL writes it)."""
+"""How JobEnded.at is stored on every backend: UTC, microseconds, the offset spelled out."""
 FAILED_HOOK = "order.failed"
 CANCELLED_HOOK = "order.cancelled"
 CHAIN_HOOK = "order.chain_ended"
