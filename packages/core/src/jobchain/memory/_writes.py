@@ -65,6 +65,9 @@ class Ctx:
         through_holds: bool = False,
     ) -> Job:
         """Write ``job`` (locking it first), then start the hooks its failure or cancel calls for."""
+        if job.failed_at is None and job.cancelled_at is None:  # claims, renewals, completions
+            self.store.put(self.tx, job.id, job, blockers, any_end=any_end, through_holds=through_holds)
+            return job
         before = self.store.row(job.id)
         self.store.put(self.tx, job.id, job, blockers, any_end=any_end, through_holds=through_holds)
         for hook_job in started_by(self.store, self.tx, None if before is None else before[0], job):
